@@ -1,0 +1,188 @@
+package clock
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func TestManualAdvanceAndSet(t *testing.T) {
+	m := NewManual(t0)
+	assert.True(t, m.Now().Equal(t0))
+	assert.True(t, m.Advance(time.Second).Equal(t0.Add(time.Second)))
+	assert.True(t, m.Advance(-2*time.Second).Equal(t0.Add(-time.Second)), "Advance moves backwards on a negative duration")
+	m.Set(t0.Add(time.Hour))
+	assert.True(t, m.Now().Equal(t0.Add(time.Hour)))
+
+	var zero Manual
+	assert.Equal(t, int64(0), zero.Now().UnixNano(), "the zero Manual reads the Unix epoch")
+}
+
+func TestManualConcurrentAdvance(t *testing.T) {
+	m := NewManual(t0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 1000 {
+				m.Advance(time.Nanosecond)
+				_ = m.Now()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, t0.Add(8000*time.Nanosecond), m.Now().UTC())
+}
+
+func TestRealIsNow(t *testing.T) {
+	before := time.Now()
+	got := Real{}.Now()
+	assert.False(t, got.Before(before))
+}
+
+func TestOffsetBeforeAnySampleIsIdentity(t *testing.T) {
+	o := NewOffset(t0)
+	_, _, ok := o.Estimate()
+	assert.False(t, ok)
+	assert.Equal(t, t0.Add(time.Second).UnixNano(), o.Map(t0.Add(time.Second)))
+}
+
+// observe feeds a round trip that left at sent, took rtt, and found the
+// server's clock offset ahead of ours at the middle of the trip.
+func observe(o *Offset, sent time.Time, rtt, offset time.Duration) {
+	server := sent.Add(rtt / 2).Add(offset)
+	o.Observe(sent, server, sent.Add(rtt))
+}
+
+func TestOffsetPrefersLowestRoundTrip(t *testing.T) {
+	cases := []struct {
+		name    string
+		samples []struct{ rtt, offset time.Duration }
+		want    time.Duration
+		unc     time.Duration
+	}{
+		{"single", []struct{ rtt, offset time.Duration }{{2 * time.Millisecond, 5 * time.Millisecond}}, 5 * time.Millisecond, time.Millisecond},
+		{"lowest rtt wins over later noisy ones", []struct{ rtt, offset time.Duration }{
+			{200 * time.Microsecond, 3 * time.Millisecond},
+			{5 * time.Millisecond, 7 * time.Millisecond},
+			{9 * time.Millisecond, -1 * time.Millisecond},
+		}, 3 * time.Millisecond, 100 * time.Microsecond},
+		{"negative offset", []struct{ rtt, offset time.Duration }{{time.Millisecond, -40 * time.Millisecond}}, -40 * time.Millisecond, 500 * time.Microsecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOffset(t0)
+			at := t0
+			for _, s := range tc.samples {
+				observe(o, at, s.rtt, s.offset)
+				at = at.Add(10 * time.Millisecond)
+			}
+			off, unc, ok := o.Estimate()
+			require.True(t, ok)
+			assert.Equal(t, tc.want, off)
+			assert.Equal(t, tc.unc, unc)
+		})
+	}
+}
+
+func TestOffsetForgetsSamplesBeyondTheFilter(t *testing.T) {
+	o := NewOffset(t0)
+	at := t0
+	observe(o, at, 100*time.Microsecond, 9*time.Millisecond) // excellent, but old
+	for range filterSize {
+		at = at.Add(10 * time.Millisecond)
+		observe(o, at, time.Millisecond, 2*time.Millisecond)
+	}
+	off, _, _ := o.Estimate()
+	assert.Equal(t, 2*time.Millisecond, off, "the old sample has left the filter")
+}
+
+func TestOffsetIgnoresNegativeRoundTrip(t *testing.T) {
+	o := NewOffset(t0)
+	o.Observe(t0, t0.Add(time.Hour), t0.Add(-time.Millisecond))
+	_, _, ok := o.Estimate()
+	assert.False(t, ok)
+}
+
+func TestOffsetStepsForwardAndSlewsBack(t *testing.T) {
+	o := NewOffset(t0)
+	observe(o, t0, time.Millisecond, 100*time.Millisecond)
+	assert.Equal(t, 100*time.Millisecond, o.Applied(), "the first estimate applies at once")
+
+	// A better sample says Redis is only 10 ms ahead: the applied offset
+	// falls by at most 5% of the elapsed time per adjustment.
+	at := t0.Add(time.Second)
+	observe(o, at, 100*time.Microsecond, 10*time.Millisecond)
+	off, _, _ := o.Estimate()
+	assert.Equal(t, 10*time.Millisecond, off)
+	assert.InDelta(t, float64(100*time.Millisecond-50*time.Millisecond), float64(o.Applied()), float64(100*time.Microsecond))
+
+	// Later adjustments finish the slew, and never undershoot.
+	observe(o, at.Add(2*time.Second), 100*time.Microsecond, 10*time.Millisecond)
+	assert.Equal(t, 10*time.Millisecond, o.Applied())
+
+	// A larger estimate applies at once.
+	observe(o, at.Add(3*time.Second), 50*time.Microsecond, 30*time.Millisecond)
+	assert.Equal(t, 30*time.Millisecond, o.Applied())
+}
+
+func TestOffsetMappedTimeNeverGoesBackwards(t *testing.T) {
+	o := NewOffset(t0)
+	o.SetMaxSlew(1) // the harshest setting: the offset may fall as fast as time passes
+	var last int64
+	at := t0
+	for i := range 200 {
+		// Offsets that jump around by tens of milliseconds, with round
+		// trips that keep getting better so every sample becomes the estimate.
+		offset := time.Duration((i*7919)%100-50) * time.Millisecond
+		observe(o, at, time.Duration(1000-i)*time.Microsecond, offset)
+		for j := range 5 {
+			v := o.Now(at.Add(time.Duration(j) * time.Millisecond))
+			require.GreaterOrEqual(t, v, last, "sample %d read %d", i, j)
+			last = v
+		}
+		at = at.Add(5 * time.Millisecond)
+	}
+}
+
+func TestOffsetNowConcurrentMonotonic(t *testing.T) {
+	o := NewOffset(time.Now())
+	stop := make(chan struct{})
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			observe(o, time.Now(), time.Duration(100+i%50)*time.Microsecond, time.Duration(i%20-10)*time.Millisecond)
+		}
+	}()
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			var last int64
+			for range 20000 {
+				v := o.Now(time.Now())
+				if v < last {
+					t.Errorf("Now went backwards: %d after %d", v, last)
+					return
+				}
+				last = v
+			}
+		}()
+	}
+	readers.Wait()
+	close(stop)
+	<-writerDone
+}
