@@ -1,0 +1,222 @@
+package local
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// The decision benchmarks pass a precomputed time, as x/time/rate's AllowN
+// takes one: they measure the decision, not the clock.
+
+var benchLimit = limit.PerSecond(1_000_000_000).WithBurst(1_000_000_000)
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+	}
+	return keys
+}
+
+func populated(b *testing.B, keys []string) *Engine {
+	e := newEngine(b, Config{MaxKeys: 2 * len(keys)})
+	for _, k := range keys {
+		if _, err := e.AllowN(t0, k, benchLimit, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return e
+}
+
+var keyCounts = []int{1, 10_000, 1_000_000}
+
+func BenchmarkAllow(b *testing.B) {
+	for _, n := range keyCounts {
+		keys := benchKeys(n)
+		e := populated(b, keys)
+		b.Run(fmt.Sprintf("serial/keys=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			now := t0
+			for i := 0; b.Loop(); i++ {
+				now++
+				_, _ = e.AllowN(now, keys[i%n], benchLimit, 1)
+			}
+		})
+		b.Run(fmt.Sprintf("parallel/keys=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1) * 7919)
+				now := t0
+				for pb.Next() {
+					i++
+					now++
+					_, _ = e.AllowN(now, keys[i%n], benchLimit, 1)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkTracked is the same decision with spend tracking on, as the
+// hybrid limiter runs it.
+func BenchmarkTracked(b *testing.B) {
+	keys := benchKeys(10_000)
+	e := newEngine(b, Config{TrackSpend: true})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		now := t0
+		var buf []Spend
+		for pb.Next() {
+			i++
+			now++
+			_, _ = e.AllowN(now, keys[i%len(keys)], benchLimit, 1)
+			if i%100_000 == 0 {
+				buf = e.TakeSpend(buf[:0])
+			}
+		}
+	})
+}
+
+func BenchmarkAlgorithms(b *testing.B) {
+	for _, alg := range limit.Algorithms {
+		lim := limit.PerSecond(100_000).WithAlgorithm(alg)
+		b.Run(alg.String(), func(b *testing.B) {
+			e := newEngine(b, Config{})
+			b.ReportAllocs()
+			now := t0
+			for b.Loop() {
+				now += 1000
+				_, _ = e.AllowN(now, "user:1", lim, 1)
+			}
+		})
+	}
+}
+
+// BenchmarkXTimeRate is the baseline: x/time/rate on one limiter, and the
+// common per-key pattern of a map of limiters behind a sync.RWMutex.
+func BenchmarkXTimeRate(b *testing.B) {
+	b.Run("single/serial", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1e9), 1e9)
+		b.ReportAllocs()
+		now := time.Unix(0, t0)
+		for b.Loop() {
+			now = now.Add(1)
+			l.AllowN(now, 1)
+		}
+	})
+	keys := benchKeys(10_000)
+	m := newRWMutexMap(rate.Limit(1e9), 1e9)
+	for _, k := range keys {
+		m.allow(k, time.Unix(0, t0))
+	}
+	b.Run("map-rwmutex/keys=10000/serial", func(b *testing.B) {
+		b.ReportAllocs()
+		now := time.Unix(0, t0)
+		for i := 0; b.Loop(); i++ {
+			now = now.Add(1)
+			m.allow(keys[i%len(keys)], now)
+		}
+	})
+	b.Run("map-rwmutex/keys=10000/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1) * 7919)
+			now := time.Unix(0, t0)
+			for pb.Next() {
+				i++
+				now = now.Add(1)
+				m.allow(keys[i%len(keys)], now)
+			}
+		})
+	})
+}
+
+// rwMutexMap is the per-key pattern from the notes, done right (double-checked
+// creation): a map of *rate.Limiter behind a sync.RWMutex.
+type rwMutexMap struct {
+	mu       sync.RWMutex
+	limiters map[string]*rate.Limiter
+	r        rate.Limit
+	burst    int
+}
+
+func newRWMutexMap(r rate.Limit, burst int) *rwMutexMap {
+	return &rwMutexMap{limiters: map[string]*rate.Limiter{}, r: r, burst: burst}
+}
+
+func (m *rwMutexMap) allow(key string, now time.Time) bool {
+	m.mu.RLock()
+	l, ok := m.limiters[key]
+	m.mu.RUnlock()
+	if !ok {
+		m.mu.Lock()
+		if l, ok = m.limiters[key]; !ok {
+			l = rate.NewLimiter(m.r, m.burst)
+			m.limiters[key] = l
+		}
+		m.mu.Unlock()
+	}
+	return l.AllowN(now, 1)
+}
+
+// heapAfterGC returns the live heap in bytes.
+func heapAfterGC() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// millionKeysHeap measures the heap a million token-bucket keys hold,
+// including the engine's own copies of the keys.
+func millionKeysHeap(t testing.TB) (perKey float64, total uint64) {
+	const n = 1_000_000
+	keys := benchKeys(n) // the caller's keys, measured out: the engine keeps copies
+	before := heapAfterGC()
+	e := newEngine(t, Config{MaxKeys: 2 * n, TrackSpend: true})
+	for _, k := range keys {
+		if _, err := e.AllowN(t0, k, limit.PerSecond(100), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.TakeSpend(nil)
+	after := heapAfterGC()
+	if e.Len() != n {
+		t.Fatalf("holds %d keys, want %d", e.Len(), n)
+	}
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(keys)
+	total = after - before
+	return float64(total) / n, total
+}
+
+// BenchmarkMemoryPerKey reports the heap a key costs, measured over a million.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	for b.Loop() {
+		perKey, total := millionKeysHeap(b)
+		b.ReportMetric(perKey, "B/key")
+		b.ReportMetric(float64(total)/(1<<20), "MiB/1M-keys")
+	}
+}
+
+// TestMillionKeysFitIn200MiB holds the engine to its memory budget: a million
+// keys, with spend tracking as the hybrid limiter runs it, in at most 200 MiB.
+func TestMillionKeysFitIn200MiB(t *testing.T) {
+	perKey, total := millionKeysHeap(t)
+	t.Logf("%.1f B/key, %.1f MiB for a million keys", perKey, float64(total)/(1<<20))
+	if total > 200<<20 {
+		t.Fatalf("a million keys take %.1f MiB, over the 200 MiB budget", float64(total)/(1<<20))
+	}
+}

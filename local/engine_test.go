@@ -1,0 +1,314 @@
+package local
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+func TestConcurrentDecidersNeverOverAdmit(t *testing.T) {
+	e := newEngine(t, Config{Shards: 4})
+	lim := limit.PerSecond(1000).WithBurst(500)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				// Every goroutine decides at the same frozen instant on the
+				// same hot key, and on keys of its own.
+				res, err := e.AllowN(t0, "hot", lim, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+				_, _ = e.AllowN(t0, fmt.Sprintf("g%d-%d", g, i%10), lim, 1)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(500), admitted.Load(), "exactly the burst at a frozen instant")
+}
+
+func TestTakeSpend(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	lim := limit.PerSecond(10).WithBurst(5)
+	for range 7 {
+		_, err := e.AllowN(t0, "a", lim, 1)
+		require.NoError(t, err)
+	}
+	_, _ = e.AllowN(t0, "b", lim, 2)
+	_, _ = e.AllowN(t0, "c", lim, 0) // a peek is no demand
+
+	spends := byKey(e.TakeSpend(nil))
+	require.Len(t, spends, 2)
+	assert.Equal(t, Spend{Key: "a", Limit: lim, Spent: 5, Hits: 7, Window: 0}, spends["a"][0].withoutWindow())
+	assert.Equal(t, int64(2), spends["b"][0].Spent)
+
+	assert.Empty(t, e.TakeSpend(nil), "taking resets")
+	_, _ = e.AllowN(t0, "a", lim, 1)
+	spends = byKey(e.TakeSpend(nil))
+	assert.Equal(t, int64(0), spends["a"][0].Spent, "denied: demand without spend")
+	assert.Equal(t, int64(1), spends["a"][0].Hits)
+}
+
+func (s Spend) withoutWindow() Spend { s.Window = 0; return s }
+
+func byKey(spends []Spend) map[string][]Spend {
+	m := map[string][]Spend{}
+	for _, s := range spends {
+		m[s.Key] = append(m[s.Key], s)
+	}
+	return m
+}
+
+func TestNoTrackingNoSpend(t *testing.T) {
+	e := newEngine(t, Config{})
+	_, _ = e.AllowN(t0, "a", limit.PerSecond(10), 1)
+	assert.Empty(t, e.TakeSpend(nil))
+}
+
+func TestEvictionKeepsUntakenSpend(t *testing.T) {
+	e := newEngine(t, Config{Shards: 1, MaxKeys: 4, TrackSpend: true})
+	lim := limit.PerSecond(100)
+	for i := range 10 {
+		_, err := e.AllowN(t0, fmt.Sprintf("k%d", i), lim, int64(i+1))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 4, e.Len(), "bounded by MaxKeys")
+	total := int64(0)
+	for _, s := range e.TakeSpend(nil) {
+		total += s.Spent
+	}
+	assert.Equal(t, int64(55), total, "every admitted request is reported, evicted or not")
+}
+
+func TestWindowRolloverKeepsSpendOfTheOldWindow(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEngine(t, Config{TrackSpend: true})
+			lim := limit.PerSecond(100).WithAlgorithm(alg)
+			_, _ = e.AllowN(at(100*time.Millisecond), "k", lim, 3)
+			_, _ = e.AllowN(at(time.Second+100*time.Millisecond), "k", lim, 4)
+			got := map[int64]int64{}
+			for _, s := range e.TakeSpend(nil) {
+				got[s.Window] += s.Spent
+			}
+			w := t0 / int64(time.Second)
+			assert.Equal(t, map[int64]int64{w: 3, w + 1: 4}, got)
+		})
+	}
+}
+
+func TestTakeSpendWhileDeciding(t *testing.T) {
+	e := newEngine(t, Config{Shards: 8, TrackSpend: true})
+	lim := limit.PerSecond(1_000_000)
+	var admitted atomic.Int64
+	var reported atomic.Int64
+	stop := make(chan struct{})
+	taker := make(chan struct{})
+	go func() {
+		defer close(taker)
+		var buf []Spend
+		for {
+			buf = e.TakeSpend(buf[:0])
+			for _, s := range buf {
+				reported.Add(s.Spent)
+			}
+			select {
+			case <-stop:
+				for _, s := range e.TakeSpend(nil) {
+					reported.Add(s.Spent)
+				}
+				return
+			default:
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				res, err := e.AllowN(at(time.Duration(i)*time.Microsecond), fmt.Sprintf("k%d", (g*7+i)%50), lim, 1)
+				if err == nil && res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-taker
+	assert.Equal(t, admitted.Load(), reported.Load(), "no spend is lost or counted twice")
+}
+
+func TestSweepForgetsOnlyIdleFullyTakenKeys(t *testing.T) {
+	e := newEngine(t, Config{Shards: 1, TrackSpend: true})
+	lim := limit.PerSecond(10)
+	_, _ = e.AllowN(t0, "old", lim, 10)
+	_, _ = e.AllowN(t0, "busy", lim, 10)
+	e.TakeSpend(nil)
+	assert.Equal(t, 0, e.Sweep(at(500*time.Millisecond), 100), "not yet refilled: nothing to forget")
+
+	_, _ = e.AllowN(at(2*time.Second), "busy", lim, 1)
+	// The shard's clock is at 2 s now, so a sweep asked for 1 s runs at 2 s:
+	// old is refilled and reported; busy has spend not yet taken.
+	assert.Equal(t, 1, e.Sweep(at(time.Second), 100))
+	assert.Equal(t, 1, e.Len())
+
+	e.TakeSpend(nil)
+	assert.Equal(t, 1, e.Sweep(at(10*time.Second), 100))
+	assert.Equal(t, 0, e.Len())
+}
+
+func TestSeedTakesItsShareOfTheGlobalState(t *testing.T) {
+	lim := limit.PerSecond(100) // burst 100, T = 10 ms
+	e := newEngine(t, Config{TrackSpend: true})
+	// Redis says 40 tokens remain globally: the TAT is 60 intervals ahead.
+	g := limit.State{TAT: t0 + 60*int64(10*time.Millisecond)}
+	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOf(1, 4), 4))
+
+	admitted := 0
+	for range 100 {
+		res, err := e.AllowN(t0, "k", lim, 1)
+		require.NoError(t, err)
+		if res.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 10, admitted, "a quarter of the 40 that remain")
+
+	// The quarter refills at a quarter of the rate: 25/s, one per 40 ms.
+	res, _ := e.AllowN(at(40*time.Millisecond), "k", lim, 1)
+	assert.True(t, res.Allowed)
+	res, _ = e.AllowN(at(40*time.Millisecond), "k", lim, 1)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, 40*time.Millisecond, res.RetryAfter)
+}
+
+func TestSeedAddsSpendNotYetTaken(t *testing.T) {
+	lim := limit.PerSecond(100)
+	e := newEngine(t, Config{TrackSpend: true})
+	_, _ = e.AllowN(t0, "k", lim, 30) // taken below: the global state will hold it
+	e.TakeSpend(nil)
+	_, _ = e.AllowN(t0, "k", lim, 20) // in flight while the round runs: not yet in Redis
+	g := limit.State{TAT: t0 + 30*int64(10*time.Millisecond)}
+	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOne, 1))
+	res, _ := e.AllowN(t0, "k", lim, 0)
+	assert.Equal(t, int64(50), res.Remaining, "100 - 30 reported - 20 pending")
+}
+
+func TestSeedWindows(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := limit.PerSecond(100).WithAlgorithm(alg)
+			e := newEngine(t, Config{TrackSpend: true})
+			w := t0 / int64(time.Second)
+			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: w, Count: 60}, ShareOf(1, 2), 2))
+			admitted := 0
+			for range 100 {
+				res, _ := e.AllowN(t0, "k", lim, 1)
+				if res.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, 20, admitted, "half of the 40 left")
+		})
+	}
+}
+
+func TestDegradedShare(t *testing.T) {
+	lim := limit.PerSecond(100)
+	cases := []struct {
+		name      string
+		fixed     int
+		seen      int
+		keyNodes  int
+		wantBurst int
+	}{
+		{"fleet size configured wins", 5, 3, 4, 20},
+		{"nodes last seen on the key", 0, 3, 4, 25},
+		{"nodes last seen in the fleet", 0, 2, 0, 50},
+		{"alone", 0, 1, 0, 100},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{TrackSpend: true})
+			e.SetFleet(tc.fixed, tc.seen)
+			if tc.keyNodes > 0 {
+				require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOne, tc.keyNodes))
+			}
+			e.SetDegraded(true)
+			require.True(t, e.Degraded())
+			admitted := 0
+			for range 200 {
+				res, _ := e.AllowN(t0, "k", lim, 1)
+				if res.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, tc.wantBurst, admitted)
+			reported := int64(0)
+			for _, s := range e.TakeSpend(nil) {
+				reported += s.Spent
+			}
+			assert.Equal(t, int64(tc.wantBurst), reported, "spend is still recorded while degraded")
+		})
+	}
+}
+
+func TestHeavyRequestUnderASmallShare(t *testing.T) {
+	// A node with a tenth of a 10-token burst can still pass a request of 5,
+	// when its allowance is full, rather than never.
+	lim := limit.PerSecond(10)
+	e := newEngine(t, Config{TrackSpend: true})
+	require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOf(1, 10), 10))
+	res, _ := e.AllowN(t0, "k", lim, 5)
+	assert.True(t, res.Allowed)
+	res, _ = e.AllowN(t0, "k", lim, 5)
+	assert.False(t, res.Allowed)
+	assert.Positive(t, res.RetryAfter)
+}
+
+func TestNewKeysStartWithAnEqualShare(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	e.SetFleet(0, 4)
+	admitted := 0
+	for range 100 {
+		res, _ := e.AllowN(t0, "new", limit.PerSecond(100), 1)
+		if res.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 25, admitted)
+}
+
+func TestShareOf(t *testing.T) {
+	assert.Equal(t, ShareOne, ShareOf(1, 1))
+	assert.Equal(t, ShareOne, ShareOf(5, 0))
+	assert.Equal(t, ShareOne/4, ShareOf(1, 4))
+	assert.Equal(t, Share(1), ShareOf(0, 100), "never zero")
+	assert.Equal(t, ShareOne, ShareOf(3, 2), "never above one")
+	assert.Equal(t, ShareOne/3+1, ShareAmong(3))
+	assert.InDelta(t, 0.25, ShareAmong(4).Fraction(), 1e-9)
+}
+
+func TestNewRejectsNegativeConfig(t *testing.T) {
+	_, err := New(Config{Shards: -1})
+	assert.Error(t, err)
+	e := newEngine(t, Config{Shards: 5})
+	assert.Len(t, e.shards, 8, "rounded up to a power of two")
+}

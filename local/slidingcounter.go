@@ -1,0 +1,124 @@
+package local
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// The sliding window counter approximates a window that slides with now by
+// weighting the previous fixed window's count by how much of it the sliding
+// window still covers (Cloudflare's approximation):
+//
+//	weighted = prev × (Period - elapsed) / Period + curr
+//
+// Counts are scaled by the share as in the fixed window. The weighted count is
+// computed exactly in 128-bit integers and rounded up, so the approximation is
+// the only error, never arithmetic.
+//
+// State words: st[0] is the window index, st[1] the previous window's scaled
+// count, st[2] the current one's.
+
+// rollSliding moves the state to window w: the current count becomes the
+// previous one when w is the next window, both empty when w is later still.
+// It returns the window the current count belonged to and whether it changed.
+func rollSliding(st *[3]int64, w int64) (old int64, rolled bool) {
+	old = st[0]
+	switch {
+	case w == old:
+		return old, false
+	case w == old+1:
+		st[1], st[2] = st[2], 0
+	default:
+		st[1], st[2] = 0, 0
+	}
+	st[0] = w
+	return old, true
+}
+
+// weighted returns ceil((prev×(period-elapsed) + curr×period) / period).
+func weighted(prev, curr, elapsed, period int64) int64 {
+	hi, lo := bits.Mul64(uint64(prev), uint64(period-elapsed))
+	chi, clo := bits.Mul64(uint64(curr), uint64(period))
+	lo, carry := bits.Add64(lo, clo, 0)
+	hi += chi + carry
+	q, r := bits.Div64(hi, lo, uint64(period))
+	if r != 0 {
+		q++
+	}
+	return int64(q)
+}
+
+// slidingCounter decides a request of weight n at now into res. The caller
+// has rolled the state to now's window.
+func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, s Share) {
+	period := p.period
+	elapsed := min(max(now-st[0]*period, 0), period-1)
+	budget := int64(s) * p.lim.Rate
+	cost := n * int64(ShareOne)
+	w := weighted(st[1], st[2], elapsed, period)
+	allowed := w+cost <= budget || (cost > budget && w == 0)
+	res.Allowed = allowed
+	if allowed {
+		st[2] += cost
+		w += cost
+	} else {
+		res.RetryAfter = time.Duration(slidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
+	}
+	res.Remaining = max(budget-w, 0) / int64(s)
+	switch {
+	case st[2] > 0:
+		res.ResetAfter = time.Duration(2*period - elapsed)
+	case st[1] > 0:
+		res.ResetAfter = time.Duration(period - elapsed)
+	}
+}
+
+// slidingRetry returns how long from elapsed until the weighted count falls to
+// at most room, if nothing more is counted: within this window when the
+// current count alone fits, else within the next, where it becomes the
+// previous count and decays.
+func slidingRetry(prev, curr, elapsed, period, room int64) int64 {
+	if curr <= room {
+		// Need prev×(period-e) <= (room-curr)×period, i.e. e >= period - x.
+		x := period
+		if prev > 0 {
+			x = mulDivFloor(room-curr, period, prev, period)
+		}
+		return max(period-x-elapsed, 0)
+	}
+	// Next window: need curr×(period-e) <= room×period.
+	x := mulDivFloor(room, period, curr, period)
+	return period - elapsed + period - x
+}
+
+// mulDivFloor returns min(floor(a×b/c), limit) for non-negative a, b and
+// positive c, without overflow.
+func mulDivFloor(a, b, c, limit int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return limit
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return min(int64(q), limit)
+}
+
+// seedSliding sets the state of window w from the global counts of window g,
+// plus this node's pending spend in w, scaled by share s.
+func seedSliding(st *[3]int64, w int64, s Share, g limit.State, pending int64) {
+	st[0], st[1], st[2] = w, 0, pending*int64(ShareOne)
+	switch g.Window {
+	case w:
+		st[1] = int64(s) * g.Prev
+		st[2] += int64(s) * g.Count
+	case w - 1:
+		st[1] = int64(s) * g.Count
+	}
+}
+
+// slidingFresh reports whether a sliding counter is empty at now.
+func slidingFresh(st *[3]int64, now, period int64) bool {
+	w := now / period
+	return w > st[0]+1 || (w == st[0]+1 && st[2] == 0) || (st[1] == 0 && st[2] == 0)
+}

@@ -1,0 +1,91 @@
+package local
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// The token bucket is GCRA: the state is the theoretical arrival time (TAT),
+// the instant at which the bucket would be full again. A request of weight n
+// is admitted when moving the TAT n emission intervals ahead keeps it within
+// the burst tolerance of now. Refill needs no arithmetic of its own: time
+// passing is the refill, so nothing fractional is ever rounded away.
+//
+// State words: st[0] is the TAT (Unix ns); st[1] caches the emission interval
+// scaled by the entry's share (0 means "recompute").
+//
+// Under a share s the interval grows to T/s while the tolerance stays
+// Burst×T, so the node's allowance is s times the estimate's remaining and
+// refills at s times the rate (see Share).
+
+// gcraInterval returns the share-scaled emission interval, caching it in st[1].
+func gcraInterval(st *[3]int64, p *policy, s Share) int64 {
+	if st[1] == 0 {
+		st[1] = scaledInterval(p.interval, s)
+	}
+	return st[1]
+}
+
+// tokenBucket decides a request of weight n at now into res.
+func tokenBucket(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, s Share) {
+	t := gcraInterval(st, p, s)
+	tau := p.tolerance
+	tat := max(st[0], now)
+	cost := mulSat(n, t)
+	newTAT := tat + cost
+	// A request heavier than this node's share of the burst could never fit:
+	// it is admitted when the node's allowance is full, into debt, rather
+	// than never. With the whole share nothing within capacity is heavy.
+	heavy := cost > tau
+	allowed := newTAT-now <= tau || (heavy && tat == now)
+	res.Allowed = allowed
+	switch {
+	case allowed:
+		st[0] = newTAT
+		tat = newTAT
+	case heavy:
+		res.RetryAfter = time.Duration(tat - now)
+	default:
+		res.RetryAfter = time.Duration(newTAT - tau - now)
+	}
+	res.Remaining = remainingTokens(now, tat, tau, p.interval)
+	res.ResetAfter = time.Duration(max(tat-now, 0))
+}
+
+// remainingTokens is how many unit requests the estimate has room for at now:
+// (now + tau - tat) / T in the limit's own interval, so headers speak of the
+// global limit rather than of this node's share.
+func remainingTokens(now, tat, tau, interval int64) int64 {
+	room := now + tau - tat
+	if room <= 0 {
+		return 0
+	}
+	return room / interval
+}
+
+// seedTAT sets a bucket's state from the global TAT plus this node's spend
+// that the global state does not hold yet, counted at the share's interval.
+func seedTAT(st *[3]int64, p *policy, s Share, globalTAT, pending int64) {
+	st[1] = 0
+	st[0] = globalTAT + mulSat(pending, gcraInterval(st, p, s))
+}
+
+// maxCost bounds a product of time in state: added to any Unix time before
+// 2116 it still fits in an int64.
+const maxCost = 1 << 62
+
+// mulSat is a*b for non-negative a and b, saturated at maxCost. It runs on
+// every decision, so it multiplies wide instead of dividing to check.
+func mulSat(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > maxCost {
+		return maxCost
+	}
+	return int64(lo)
+}
+
+// bucketFresh reports whether a bucket is full again at now: forgetting it
+// loses nothing.
+func bucketFresh(st *[3]int64, now int64) bool { return st[0] <= now }
