@@ -1,0 +1,56 @@
+// Command hybridlimit is what users of the hybridlimit library do with it, as
+// commands. Run it without arguments for the list.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand: its name, a line of help, and what it runs.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, out io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "watch the limiter admit a burst, then limit with retry-after", runDemo},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "hybridlimit:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(out)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], out)
+		}
+	}
+	usage(out)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(out io.Writer) {
+	fmt.Fprintln(out, "usage: hybridlimit <command> [flags]")
+	fmt.Fprintln(out)
+	for _, c := range commands() {
+		fmt.Fprintf(out, "  %-8s %s\n", c.name, c.summary)
+	}
+}
