@@ -3,6 +3,7 @@ package local
 import (
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/ratemath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -25,7 +26,7 @@ func leakyMeter(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, 
 	tat := max(st[0], now)
 	res.Allowed = tat == now
 	if res.Allowed {
-		tat += mulSat(n, t)
+		tat += ratemath.MulSat(n, t)
 		if n > 0 {
 			st[0] = tat
 		}
@@ -44,7 +45,7 @@ func leakyQueue(st *[3]int64, now int64, p *policy, n int64, s Share) limit.Rese
 	tau := p.tolerance
 	tat := max(st[0], now)
 	wait := tat - now
-	cost := mulSat(n, t)
+	cost := ratemath.MulSat(n, t)
 	// As with the token bucket, a request heavier than the node's share of
 	// the queue joins an empty queue rather than never.
 	allowed := wait+cost <= tau || (cost > tau && wait == 0)
@@ -67,5 +68,5 @@ func leakyQueue(st *[3]int64, now int64, p *policy, n int64, s Share) limit.Rese
 // are still ahead of now: the queue behind it moves up.
 func cancelReservation(st *[3]int64, now int64, p *policy, n int64, s Share) {
 	t := gcraInterval(st, p, s)
-	st[0] = max(st[0]-mulSat(n, t), now)
+	st[0] = max(st[0]-ratemath.MulSat(n, t), now)
 }

@@ -1,9 +1,9 @@
 package local
 
 import (
-	"math/bits"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/ratemath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -37,19 +37,6 @@ func rollSliding(st *[3]int64, w int64) (old int64, rolled bool) {
 	return old, true
 }
 
-// weighted returns ceil((prev×(period-elapsed) + curr×period) / period).
-func weighted(prev, curr, elapsed, period int64) int64 {
-	hi, lo := bits.Mul64(uint64(prev), uint64(period-elapsed))
-	chi, clo := bits.Mul64(uint64(curr), uint64(period))
-	lo, carry := bits.Add64(lo, clo, 0)
-	hi += chi + carry
-	q, r := bits.Div64(hi, lo, uint64(period))
-	if r != 0 {
-		q++
-	}
-	return int64(q)
-}
-
 // slidingCounter decides a request of weight n at now into res. The caller
 // has rolled the state to now's window.
 func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, s Share) {
@@ -57,14 +44,14 @@ func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int
 	elapsed := min(max(now-st[0]*period, 0), period-1)
 	budget := int64(s) * p.lim.Rate
 	cost := n * int64(ShareOne)
-	w := weighted(st[1], st[2], elapsed, period)
+	w := ratemath.Weighted(st[1], st[2], elapsed, period)
 	allowed := w+cost <= budget || (cost > budget && w == 0)
 	res.Allowed = allowed
 	if allowed {
 		st[2] += cost
 		w += cost
 	} else {
-		res.RetryAfter = time.Duration(slidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
+		res.RetryAfter = time.Duration(ratemath.SlidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
 	}
 	res.Remaining = max(budget-w, 0) / int64(s)
 	switch {
@@ -73,35 +60,6 @@ func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int
 	case st[1] > 0:
 		res.ResetAfter = time.Duration(period - elapsed)
 	}
-}
-
-// slidingRetry returns how long from elapsed until the weighted count falls to
-// at most room, if nothing more is counted: within this window when the
-// current count alone fits, else within the next, where it becomes the
-// previous count and decays.
-func slidingRetry(prev, curr, elapsed, period, room int64) int64 {
-	if curr <= room {
-		// Need prev×(period-e) <= (room-curr)×period, i.e. e >= period - x.
-		x := period
-		if prev > 0 {
-			x = mulDivFloor(room-curr, period, prev, period)
-		}
-		return max(period-x-elapsed, 0)
-	}
-	// Next window: need curr×(period-e) <= room×period.
-	x := mulDivFloor(room, period, curr, period)
-	return period - elapsed + period - x
-}
-
-// mulDivFloor returns min(floor(a×b/c), limit) for non-negative a, b and
-// positive c, without overflow.
-func mulDivFloor(a, b, c, limit int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return limit
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return min(int64(q), limit)
 }
 
 // seedSliding sets the state of window w from the global counts of window g,

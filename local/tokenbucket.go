@@ -1,9 +1,9 @@
 package local
 
 import (
-	"math/bits"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/ratemath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -33,7 +33,7 @@ func tokenBucket(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	t := gcraInterval(st, p, s)
 	tau := p.tolerance
 	tat := max(st[0], now)
-	cost := mulSat(n, t)
+	cost := ratemath.MulSat(n, t)
 	newTAT := tat + cost
 	// A request heavier than this node's share of the burst could never fit:
 	// it is admitted when the node's allowance is full, into debt, rather
@@ -69,21 +69,7 @@ func remainingTokens(now, tat, tau, interval int64) int64 {
 // that the global state does not hold yet, counted at the share's interval.
 func seedTAT(st *[3]int64, p *policy, s Share, globalTAT, pending int64) {
 	st[1] = 0
-	st[0] = globalTAT + mulSat(pending, gcraInterval(st, p, s))
-}
-
-// maxCost bounds a product of time in state: added to any Unix time before
-// 2116 it still fits in an int64.
-const maxCost = 1 << 62
-
-// mulSat is a*b for non-negative a and b, saturated at maxCost. It runs on
-// every decision, so it multiplies wide instead of dividing to check.
-func mulSat(a, b int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > maxCost {
-		return maxCost
-	}
-	return int64(lo)
+	st[0] = globalTAT + ratemath.MulSat(pending, gcraInterval(st, p, s))
 }
 
 // bucketFresh reports whether a bucket is full again at now: forgetting it
