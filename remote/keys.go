@@ -1,0 +1,83 @@
+package remote
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// MaxRawKey is the longest caller key that appears in a Redis key as it is;
+// longer keys are hashed.
+const MaxRawKey = 128
+
+// maxPrefix bounds Options.Prefix.
+const maxPrefix = 64
+
+// algorithmTags name each algorithm's keys, so one caller key under two
+// algorithms never shares state.
+var algorithmTags = [...]string{
+	limit.TokenBucket:          "tb",
+	limit.LeakyBucket:          "lb",
+	limit.FixedWindow:          "fw",
+	limit.SlidingWindowLog:     "swl",
+	limit.SlidingWindowCounter: "swc",
+}
+
+// redisKey is the Redis key of key's state under alg:
+//
+//	<prefix><alg>:{<key>}
+//
+// The caller's key is the Cluster hash tag, so every Redis key of one caller
+// key (the sliding log has two) lives in one slot. A key that is longer than
+// MaxRawKey, that has bytes outside printable ASCII or braces (which would
+// break the hash tag), or that starts with '#', appears instead as '#' and the
+// hex of the first 16 bytes of its SHA-256: never truncated into a collision,
+// never rejected, and never mistaken for a raw key.
+func redisKey(prefix string, alg limit.Algorithm, key string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 6 + min(len(key), 2*16+1))
+	b.WriteString(prefix)
+	b.WriteString(algorithmTags[alg])
+	b.WriteString(":{")
+	b.WriteString(safeKey(key))
+	b.WriteByte('}')
+	return b.String()
+}
+
+// safeKey returns key as it may appear in a Redis key (see redisKey).
+func safeKey(key string) string {
+	if rawOK(key) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "#" + hex.EncodeToString(sum[:16])
+}
+
+func rawOK(key string) bool {
+	if len(key) == 0 || len(key) > MaxRawKey || key[0] == '#' {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkPrefix reports whether prefix can start every key: printable, without
+// braces (the first brace of a key starts its Cluster hash tag).
+func checkPrefix(prefix string) error {
+	if len(prefix) > maxPrefix {
+		return fmt.Errorf("remote: prefix of %d bytes exceeds %d", len(prefix), maxPrefix)
+	}
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; c < ' ' || c > '~' || c == '{' || c == '}' {
+			return fmt.Errorf("remote: prefix %q: byte %q not allowed (printable ASCII without braces)", prefix, c)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+-- window.lua: one decision of the fixed window or the sliding window counter,
+-- on Redis server TIME, atomically. Windows are aligned to the Unix epoch:
+-- window index = floor(now / period).
+--
+-- KEYS[1]  the key's hash: w = window index, c = count in w, p = count in
+--          w-1, x = the ms at which the key expires (see gcra.lua).
+-- ARGV[1]  period, µs     ARGV[2]  rate (requests per window)
+-- ARGV[3]  n              ARGV[4]  1 for the sliding window counter
+-- ARGV[5]  ms the key outlives its last window
+--
+-- Returns {allowed (0/1), w, c, p, now (µs)} after the decision.
+local period = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local sliding = ARGV[4] == '1'
+local keep = tonumber(ARGV[5])
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local w = math.floor(now / period)
+
+local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x')
+local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+if sw == nil or sw < w - 1 then
+  c, p = 0, 0
+elseif sw == w - 1 then
+  p, c = c, 0
+elseif sw > w then
+  w = sw -- Redis's clock stepped back: never reopen a window
+end
+
+local used = c
+if sliding then
+  local elapsed = now - w * period
+  if elapsed < 0 then elapsed = 0 end
+  used = math.ceil(p * (period - elapsed) / period) + c
+end
+local allowed = used + n <= rate
+if allowed and n > 0 then
+  c = c + n
+  local need = math.ceil((w + 2) * period / 1000) + keep
+  if (tonumber(st[4]) or 0) < need then
+    local x = need + keep
+    redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p, 'x', x)
+    redis.call('PEXPIREAT', KEYS[1], x)
+  else
+    redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p)
+  end
+end
+return {allowed and 1 or 0, w, c, p, now}

@@ -1,0 +1,251 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// Report is what this node spent on one key since its last report.
+type Report struct {
+	// Key and Limit identify the global state.
+	Key   string
+	Limit limit.Limit
+	// Spent is the weight admitted since the last report.
+	Spent int64
+	// Window is, for the window algorithms, the window Spent was counted in.
+	Window int64
+	// Demand is the weight this node was asked for, admitted or not, in
+	// requests per second: how the fleet divides the limit among nodes.
+	Demand float64
+}
+
+// Answer is the global state of one key after a report was applied.
+type Answer struct {
+	// State is the key's global state, spend of every node included.
+	State limit.State
+	// Now is Redis's TIME when the report was applied, in Unix ns.
+	Now int64
+	// Nodes is how many nodes are active on the key, this one included.
+	Nodes int
+	// Demand is this node's demand on the key as Redis holds it (smoothed),
+	// and Total the demand of all the key's active nodes.
+	Demand, Total float64
+	// Err is this key's fault, if the report could not be applied; the other
+	// keys of the round may still have succeeded.
+	Err error
+}
+
+// Round is the outcome of one reconciliation round.
+type Round struct {
+	// Now is Redis's TIME at the round's heartbeat, in Unix ns; Nodes is how
+	// many nodes are active in the fleet.
+	Now   int64
+	Nodes int
+	// Answers holds one Answer per Report, in order.
+	Answers []Answer
+}
+
+// ErrNotReconcilable is a Report's error for the sliding window log, whose
+// exact log of timestamps cannot be merged from summaries: use it in Sync
+// mode.
+var ErrNotReconcilable = errors.New("remote: the sliding window log cannot be reconciled")
+
+// keysPerCall is how many keys one reconcile script call takes on a single
+// Redis: enough to spread the cost of running a script, few enough that Redis
+// answers its other clients between calls (it takes Redis about a
+// millisecond). A Cluster or Ring routes by key, so there a call takes one
+// key.
+const keysPerCall = 200
+
+// Values the reconcile script returns per key.
+const valuesPerKey = 7
+
+// Reconcile applies a node's reports and beats its heartbeat in one pipeline:
+// one round trip per Redis node (a Cluster client groups the pipeline by
+// slot owner). Each report refills its key by Redis TIME, subtracts what was
+// spent (into debt where the fleet over-admitted), records this node's demand,
+// and answers with the global state. Scripts Redis has lost are sent again
+// (one more round trip, only then).
+//
+// round.Answers is reused. Reconcile returns an error when the heartbeat or
+// every report failed; when only some keys failed, their Answer.Err says so.
+func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) error {
+	round.Answers = append(round.Answers[:0], make([]Answer, len(reports))...)
+	per := keysPerCall
+	if _, single := s.client.(*redis.Client); !single {
+		per = 1
+	}
+	calls := []*call{{keys: []string{s.fleetKey}, args: []any{s.node, s.active.Microseconds()}, script: s.scripts.fleet}}
+	var cur *call
+	for i, r := range reports {
+		if err := reconcilable(r); err != nil {
+			round.Answers[i].Err = err
+			continue
+		}
+		if cur == nil || len(cur.reports) == per {
+			cur = &call{script: s.scripts.reconcile, args: []any{s.node, s.active.Microseconds(), ms(s.active)}}
+			calls = append(calls, cur)
+		}
+		cur.keys = append(cur.keys, redisKey(s.prefix, r.Limit.Algorithm, r.Key))
+		cur.args = append(cur.args, reconcileArgs(r)...)
+		cur.reports = append(cur.reports, i)
+	}
+	s.run(ctx, calls)
+
+	err := classify("reconcile", "", calls[0].err)
+	if err == nil {
+		var v []int64
+		if v, err = ints(calls[0].vals, 2); err == nil {
+			round.Now, round.Nodes = v[0]*1000, int(v[1])
+		} else {
+			err = classify("reconcile", "", err)
+		}
+	}
+	for _, c := range calls[1:] {
+		s.answers(c, reports, round.Answers)
+	}
+	if err != nil {
+		return err
+	}
+	for _, a := range round.Answers {
+		if a.Err == nil {
+			return nil
+		}
+	}
+	if len(round.Answers) > 0 {
+		return round.Answers[0].Err // every report failed
+	}
+	return nil
+}
+
+// call is one script call of a reconcile round.
+type call struct {
+	script  *redis.Script
+	keys    []string
+	args    []any
+	reports []int // the reports the call carries, by index
+	vals    []any
+	err     error
+}
+
+// run sends calls in one pipeline, and the ones Redis had lost the script of
+// (restarted empty, SCRIPT FLUSH) again with their source, which caches it.
+func (s *Store) run(ctx context.Context, calls []*call) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := s.client.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var retry redis.Pipeliner
+	for i, c := range calls {
+		if isNoScript(cmds[i].Err()) {
+			if retry == nil {
+				retry = s.client.Pipeline()
+			}
+			cmds[i] = c.script.Eval(ctx, retry, c.keys, c.args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, c := range calls {
+		c.vals, c.err = cmds[i].Slice()
+	}
+}
+
+// reconcilable reports why r cannot be reconciled, if it cannot.
+func reconcilable(r Report) error {
+	if r.Limit.Algorithm == limit.SlidingWindowLog {
+		return &Error{Kind: ErrRedis, Op: "reconcile", Key: r.Key, Err: ErrNotReconcilable}
+	}
+	if err := r.Limit.Validate(); err != nil {
+		return err
+	}
+	return limit.CheckKey(r.Key)
+}
+
+// reconcileArgs returns one report's five script arguments.
+func reconcileArgs(r Report) []any {
+	spent, demand := max(r.Spent, 0), max(r.Demand, 0)
+	switch r.Limit.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), spent, demand}
+	case limit.SlidingWindowCounter:
+		return []any{2, int64(r.Limit.Period / time.Microsecond), spent, r.Window, demand}
+	default:
+		return []any{1, int64(r.Limit.Period / time.Microsecond), spent, r.Window, demand}
+	}
+}
+
+// answers reads one call's reply into the answers of the reports it carried.
+func (s *Store) answers(c *call, reports []Report, out []Answer) {
+	fail := func(err error) {
+		for _, i := range c.reports {
+			out[i] = Answer{Err: classify("reconcile", reports[i].Key, err)}
+		}
+	}
+	if c.err != nil {
+		fail(c.err)
+		return
+	}
+	if len(c.vals) != 1+valuesPerKey*len(c.reports) {
+		fail(fmt.Errorf("%w: %d values for %d keys", ErrBadReply, len(c.vals), len(c.reports)))
+		return
+	}
+	now, err := ints(c.vals, 1)
+	if err != nil {
+		fail(err)
+		return
+	}
+	for j, i := range c.reports {
+		vals := c.vals[1+j*valuesPerKey : 1+(j+1)*valuesPerKey]
+		a, err := parseAnswer(reports[i].Limit.Algorithm, now[0]*1000, vals)
+		if err != nil {
+			a.Err = classify("reconcile", reports[i].Key, err)
+		}
+		out[i] = a
+	}
+}
+
+// parseAnswer reads one key's seven values: a status, three state numbers,
+// the node count, the total demand and this node's demand; or, when the
+// status is 0, the error Redis raised for the key.
+func parseAnswer(alg limit.Algorithm, now int64, vals []any) (Answer, error) {
+	a := Answer{Now: now}
+	v, err := ints(vals, 5)
+	if err != nil {
+		return a, err
+	}
+	if v[0] != 1 {
+		msg, _ := vals[5].(string)
+		return a, scriptError(msg)
+	}
+	d, err := ints(vals, valuesPerKey)
+	if err != nil {
+		return a, err
+	}
+	a.Total, a.Demand = float64(d[5])/1000, float64(d[6])/1000
+	a.Nodes = int(v[4])
+	if alg.IsBucket() {
+		a.State.TAT = now + v[1]
+	} else {
+		a.State = limit.State{Window: v[1], Count: v[2], Prev: v[3]}
+	}
+	return a, nil
+}
+
+// scriptError is an error a script caught with redis.pcall and returned: a
+// Redis error reply, as go-redis would have reported it.
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks scriptError as a Redis error reply (redis.Error).
+func (scriptError) RedisError() {}

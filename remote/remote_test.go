@@ -1,0 +1,530 @@
+package remote
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+var bg = context.Background()
+
+func TestRedisKey(t *testing.T) {
+	long := strings.Repeat("x", MaxRawKey+1)
+	cases := []struct {
+		name, key string
+		hashed    bool
+	}{
+		{"plain", "user:42", false},
+		{"at the bound", strings.Repeat("x", MaxRawKey), false},
+		{"too long", long, true},
+		{"space", "user 42", true},
+		{"newline", "user\n42", true},
+		{"utf-8", "пользователь:42", true},
+		{"open brace", "a{b", true},
+		{"close brace", "a}b", true},
+		{"starts with #", "#abc", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			k := redisKey("rl:", limit.TokenBucket, tc.key)
+			require.True(t, strings.HasPrefix(k, "rl:tb:{"))
+			require.True(t, strings.HasSuffix(k, "}"))
+			inner := k[len("rl:tb:{") : len(k)-1]
+			if tc.hashed {
+				assert.Len(t, inner, 33, "# and 32 hex digits")
+				assert.Equal(t, byte('#'), inner[0])
+			} else {
+				assert.Equal(t, tc.key, inner)
+			}
+			assert.Equal(t, 1, strings.Count(k, "{"), "exactly one hash tag")
+		})
+	}
+	// Long keys that share a long prefix are not truncated into one.
+	assert.NotEqual(t, redisKey("rl:", limit.TokenBucket, long+"a"), redisKey("rl:", limit.TokenBucket, long+"b"))
+	assert.NotEqual(t, redisKey("rl:", limit.TokenBucket, "k"), redisKey("rl:", limit.FixedWindow, "k"))
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	cases := []Options{
+		{Prefix: "rl:{x}"},
+		{Prefix: strings.Repeat("p", 65)},
+		{Node: "a node"},
+		{Node: strings.Repeat("n", 129)},
+		{ActiveWindow: time.Microsecond},
+	}
+	for _, o := range cases {
+		_, err := New(c, o)
+		assert.Error(t, err, "%+v", o)
+	}
+	_, err := New(nil, Options{})
+	assert.Error(t, err)
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultPrefix, s.Prefix())
+	assert.NotEmpty(t, s.Node())
+}
+
+func TestPrefixesDoNotShareState(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	a, err := New(c, Options{Prefix: "a:"})
+	require.NoError(t, err)
+	b, err := New(c, Options{Prefix: "b:"})
+	require.NoError(t, err)
+	lim := limit.Per(1, time.Hour)
+	da, err := a.AllowN(bg, "k", lim, 1)
+	require.NoError(t, err)
+	db, err := b.AllowN(bg, "k", lim, 1)
+	require.NoError(t, err)
+	assert.True(t, da.Allowed)
+	assert.True(t, db.Allowed, "the other prefix has its own state")
+}
+
+// TestNoScriptRecovery: a Redis that lost its scripts (SCRIPT FLUSH, or a
+// restart that came back empty) costs the caller nothing: no error, on the
+// decision path and on the pipelined reconcile path.
+func TestNoScriptRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = 3 })
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(bg))
+	lim := limit.PerSecond(100)
+
+	for _, lose := range []struct {
+		name string
+		do   func()
+	}{
+		{"SCRIPT FLUSH", func() { _, err := srv.Do("SCRIPT", "FLUSH"); require.NoError(t, err) }},
+		{"restart", srv.Restart},
+	} {
+		t.Run(lose.name, func(t *testing.T) {
+			lose.do()
+			d, err := s.AllowN(bg, "k", lim, 1)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed)
+
+			lose.do()
+			var r Round
+			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 1}}, &r))
+			require.Len(t, r.Answers, 1)
+			assert.NoError(t, r.Answers[0].Err)
+			assert.Equal(t, 1, r.Nodes)
+		})
+	}
+}
+
+func TestFaultsAreTypedErrors(t *testing.T) {
+	lim := limit.PerSecond(10)
+
+	t.Run("wrong type", func(t *testing.T) {
+		// Someone else's data under our names: a string or a list where we
+		// keep a hash. Each is reported and left as it is, never overwritten.
+		srv := redistest.Start(t)
+		s, _ := New(srv.Client(t), Options{})
+		win := limit.PerSecond(10).WithAlgorithm(limit.FixedWindow)
+		for _, theirs := range []struct {
+			key   string
+			lim   limit.Limit
+			setup []any
+		}{
+			{"list", lim, []any{"RPUSH", redisKey(s.prefix, limit.TokenBucket, "list"), "v"}},
+			{"string", lim, []any{"SET", redisKey(s.prefix, limit.TokenBucket, "string"), "not ours"}},
+			{"window", win, []any{"SET", redisKey(s.prefix, limit.FixedWindow, "window"), "1:2"}},
+		} {
+			_, err := srv.Do(theirs.setup...)
+			require.NoError(t, err)
+			_, err = s.AllowN(bg, theirs.key, theirs.lim, 1)
+			assert.ErrorIs(t, err, ErrWrongType, theirs.key)
+			assert.True(t, IsKeyFault(err))
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, theirs.key, e.Key)
+			var r Round
+			_ = s.Reconcile(bg, []Report{{Key: theirs.key, Limit: theirs.lim, Spent: 1}, {Key: "ours", Limit: lim, Spent: 1}}, &r)
+			assert.ErrorIs(t, r.Answers[0].Err, ErrWrongType, theirs.key)
+			assert.NoError(t, r.Answers[1].Err, "one key's fault does not fail the others")
+		}
+		v, err := srv.Do("GET", redisKey(s.prefix, limit.TokenBucket, "string"))
+		require.NoError(t, err)
+		assert.Equal(t, "not ours", v, "left as it was")
+		n, err := srv.Do("LLEN", redisKey(s.prefix, limit.TokenBucket, "list"))
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "left as it was")
+	})
+
+	t.Run("out of memory", func(t *testing.T) {
+		// One byte: an empty server is already over it, so every write is refused.
+		srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "1", "--maxmemory-policy", "noeviction"))
+		s, _ := New(srv.Client(t), Options{})
+		_, err := s.AllowN(bg, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrOOM)
+		assert.False(t, IsKeyFault(err))
+	})
+
+	t.Run("connection refused", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = time.Second })
+		s, _ := New(c, Options{})
+		srv.Kill()
+		_, err := s.AllowN(bg, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrUnavailable)
+		var r Round
+		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1}}, &r), ErrUnavailable)
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		srv := redistest.Start(t)
+		// The store honours the caller's deadline as far as the client does:
+		// go-redis needs ContextTimeoutEnabled for it to reach the socket.
+		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ContextTimeoutEnabled = true })
+		s, _ := New(c, Options{})
+		require.NoError(t, s.Ping(bg))
+		srv.Pause()
+		defer srv.Resume()
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := s.AllowN(ctx, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrTimeout)
+		assert.Less(t, time.Since(start), 2*time.Second, "the deadline is honoured")
+	})
+
+	t.Run("canceled", func(t *testing.T) {
+		srv := redistest.Start(t)
+		s, _ := New(srv.Client(t), Options{})
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		_, err := s.AllowN(ctx, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrCanceled)
+	})
+
+	t.Run("garbage", func(t *testing.T) {
+		// Something that speaks RESP but is not Redis: it answers +OK to
+		// everything.
+		addr := garbageServer(t)
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+		t.Cleanup(func() { _ = c.Close() })
+		s, _ := New(c, Options{})
+		_, err := s.AllowN(bg, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrBadReply)
+		var r Round
+		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1}}, &r), ErrBadReply)
+	})
+
+	t.Run("caller errors are not redis errors", func(t *testing.T) {
+		srv := redistest.Start(t)
+		s, _ := New(srv.Client(t), Options{})
+		_, err := s.AllowN(bg, "", lim, 1)
+		assert.ErrorIs(t, err, limit.ErrInvalidKey)
+		_, err = s.AllowN(bg, "k", limit.PerSecond(-1), 1)
+		assert.ErrorIs(t, err, limit.ErrInvalidLimit)
+		_, err = s.ReserveN(bg, "k", lim, 1)
+		assert.ErrorIs(t, err, ErrNotQueue)
+	})
+}
+
+// garbageServer listens on a loopback port and answers every command with
+// +OK, as a misconfigured proxy might.
+func garbageServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if strings.HasPrefix(line, "*") { // a new command: answer it
+						if _, err := conn.Write([]byte("+OK\r\n")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestReconcileCarriesDebt(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := New(srv.Client(t), Options{})
+	lim := limit.Per(10, time.Hour) // nothing refills during the test
+	var r Round
+	// The fleet admitted 15 of a burst of 10: 5 in debt.
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 15, Demand: 1}}, &r))
+	a := r.Answers[0]
+	require.NoError(t, a.Err)
+	ahead := a.State.TAT - a.Now
+	assert.InDelta(t, float64(15*lim.Interval()), float64(ahead), float64(time.Second))
+	d, err := s.AllowN(bg, "k", lim, 0)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "in debt: nothing passes")
+	assert.Equal(t, int64(0), d.Remaining)
+
+	// Debt is capped at one more burst.
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1000}}, &r))
+	assert.InDelta(t, float64(2*lim.Tolerance()), float64(r.Answers[0].State.TAT-r.Answers[0].Now), float64(time.Second))
+}
+
+func TestReconcileTracksNodesAndDemand(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	lim := limit.PerSecond(100)
+	a, _ := New(c, Options{Node: "a", ActiveWindow: 400 * time.Millisecond})
+	b, _ := New(c, Options{Node: "b", ActiveWindow: 400 * time.Millisecond})
+	var ra, rb Round
+	require.NoError(t, a.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 90}}, &ra))
+	require.NoError(t, b.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 10}}, &rb))
+	assert.Equal(t, 2, rb.Answers[0].Nodes)
+	assert.Equal(t, 2, rb.Nodes, "the fleet has two nodes")
+	assert.InDelta(t, 100, rb.Answers[0].Total, 1e-9)
+	assert.InDelta(t, 10, rb.Answers[0].Demand, 1e-9)
+
+	// A fresh report is smoothed with the previous one.
+	require.NoError(t, a.Reconcile(bg, []Report{{Key: "k", Limit: lim, Demand: 30}}, &ra))
+	assert.InDelta(t, 60, ra.Answers[0].Demand, 1e-9)
+
+	// b goes quiet: after the active window only a is counted.
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, a.Reconcile(bg, []Report{{Key: "k", Limit: lim, Demand: 30}}, &ra))
+	assert.Equal(t, 1, ra.Answers[0].Nodes)
+	assert.Equal(t, 1, ra.Nodes)
+	assert.InDelta(t, 30, ra.Answers[0].Total, 1e-9, "a stale report is not smoothed in")
+}
+
+func TestReconcileWindows(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := New(srv.Client(t), Options{})
+	period := 10 * time.Second
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindowCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := limit.Per(100, period).WithAlgorithm(alg)
+			// Leave the whole test inside one window.
+			if left := period - time.Duration(time.Now().UnixNano()%int64(period)); left < 2*time.Second {
+				time.Sleep(left + 10*time.Millisecond)
+			}
+			var r Round
+			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 0}}, &r))
+			w := r.Answers[0].State.Window
+			require.NoError(t, s.Reconcile(bg, []Report{
+				{Key: "k", Limit: lim, Spent: 7, Window: w},
+				{Key: "k", Limit: lim, Spent: 5, Window: w - 1},
+				{Key: "k", Limit: lim, Spent: 3, Window: w - 2},
+			}, &r))
+			st := r.Answers[2].State
+			require.Equal(t, w, st.Window, "still the same window")
+			assert.Equal(t, int64(7), st.Count)
+			if alg == limit.SlidingWindowCounter {
+				assert.Equal(t, int64(5), st.Prev, "spend of the previous window still weighs")
+			} else {
+				assert.Equal(t, int64(0), st.Prev)
+			}
+		})
+	}
+	var r Round
+	err := s.Reconcile(bg, []Report{{Key: "k", Limit: limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowLog), Spent: 1}}, &r)
+	assert.ErrorIs(t, err, ErrNotReconcilable)
+}
+
+// pipelineCounter counts the pipelines and single commands that run scripts
+// (a new connection's handshake is not the store's doing).
+type pipelineCounter struct{ pipelines, commands atomic.Int64 }
+
+func runsScript(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name == "evalsha" || name == "eval"
+}
+
+func (c *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if runsScript(cmd) {
+			c.commands.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && runsScript(cmds[0]) {
+			c.pipelines.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func reports(n int, lim limit.Limit) []Report {
+	rs := make([]Report, n)
+	for i := range rs {
+		rs[i] = Report{Key: fmt.Sprintf("user:%d", i), Limit: lim, Spent: 1, Demand: 1}
+	}
+	return rs
+}
+
+func TestReconcileIsOneRoundTripPerRedisNode(t *testing.T) {
+	lim := limit.PerSecond(100)
+	t.Run("single node", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := srv.Client(t)
+		s, _ := New(c, Options{})
+		require.NoError(t, s.Ping(bg))
+		var count pipelineCounter
+		c.AddHook(&count)
+		var r Round
+		require.NoError(t, s.Reconcile(bg, reports(1000, lim), &r))
+		assert.Equal(t, int64(1), count.pipelines.Load())
+		assert.Equal(t, int64(0), count.commands.Load())
+		assert.Len(t, r.Answers, 1000)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		var count pipelineCounter
+		c := cl.Client(t)
+		s, _ := New(c, Options{})
+		require.NoError(t, s.Ping(bg))
+		var r Round
+		require.NoError(t, s.Reconcile(bg, reports(10, lim), &r)) // learn the slots
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(&count) })
+		require.NoError(t, c.ForEachMaster(bg, func(_ context.Context, n *redis.Client) error { n.AddHook(&count); return nil }))
+		require.NoError(t, s.Reconcile(bg, reports(1000, lim), &r))
+		for _, a := range r.Answers {
+			require.NoError(t, a.Err)
+		}
+		assert.Equal(t, int64(3), count.pipelines.Load(), "one pipeline per master")
+	})
+}
+
+func TestClusterMasterDownFailsOnlyItsKeys(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t, func(o *redis.ClusterOptions) {
+		o.MaxRedirects = 1
+		o.MaxRetries = -1
+		o.DialTimeout = 500 * time.Millisecond
+	})
+	s, _ := New(c, Options{})
+	lim := limit.PerSecond(100)
+	rs := reports(60, lim)
+	var r Round
+	require.NoError(t, s.Reconcile(bg, rs, &r))
+	victim := cl.MasterFor(redisKey(s.prefix, lim.Algorithm, rs[0].Key))
+	victim.Kill()
+	_ = s.Reconcile(bg, rs, &r)
+	failed := 0
+	for i, a := range r.Answers {
+		onVictim := cl.MasterFor(redisKey(s.prefix, lim.Algorithm, rs[i].Key)) == victim
+		if onVictim {
+			assert.ErrorIs(t, a.Err, ErrUnavailable, rs[i].Key)
+			failed++
+		} else {
+			assert.NoError(t, a.Err, rs[i].Key)
+		}
+	}
+	assert.Positive(t, failed)
+	assert.Less(t, failed, len(rs))
+}
+
+func TestACLUserPassesThrough(t *testing.T) {
+	srv := redistest.Start(t)
+	_, err := srv.Do("ACL", "SETUSER", "limiter", "on", ">s3cret", "~rl:*", "+@all")
+	require.NoError(t, err)
+	c := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "limiter", "s3cret" })
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(bg))
+	whoami, err := c.Do(bg, "ACL", "WHOAMI").Text()
+	require.NoError(t, err)
+	require.Equal(t, "limiter", whoami)
+	d, err := s.AllowN(bg, "k", limit.PerSecond(1), 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	// The ACL confines the user to its prefix: another prefix is refused.
+	other, _ := New(c, Options{Prefix: "elsewhere:"})
+	_, err = other.AllowN(bg, "k", limit.PerSecond(1), 1)
+	assert.ErrorIs(t, err, ErrRedis)
+	assert.ErrorContains(t, err, "NOPERM")
+}
+
+// TestParityWithRedisRate plays the same burst and refill sequence against
+// our token bucket script and go-redis/redis_rate on one Redis: the same
+// number of admissions.
+func TestParityWithRedisRate(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, _ := New(c, Options{})
+	rr := redis_rate.NewLimiter(c)
+	ours, theirs := 0, 0
+	step := func(n int) {
+		for range n {
+			d, err := s.AllowN(bg, "parity", limit.PerSecond(10).WithBurst(5), 1)
+			require.NoError(t, err)
+			if d.Allowed {
+				ours++
+			}
+			res, err := rr.Allow(bg, "parity", redis_rate.Limit{Rate: 10, Burst: 5, Period: time.Second})
+			require.NoError(t, err)
+			if res.Allowed > 0 {
+				theirs++
+			}
+		}
+	}
+	step(8)                            // the burst of 5, then 3 denied
+	time.Sleep(250 * time.Millisecond) // 2.5 tokens
+	step(5)
+	time.Sleep(time.Second) // full again
+	step(8)
+	assert.InDelta(t, theirs, ours, 1, "ours %d, redis_rate %d", ours, theirs)
+	assert.GreaterOrEqual(t, ours, 5+2+5)
+}
+
+func TestErrorMessages(t *testing.T) {
+	e := classify("allow", "user:1", errors.New("boom"))
+	assert.Equal(t, "remote: redis error: allow user:1: boom", e.Error())
+	assert.ErrorIs(t, e, ErrRedis)
+	assert.Equal(t, e, classify("x", "y", e), "classifying twice changes nothing")
+	assert.Nil(t, classify("x", "y", nil))
+}
+
+func TestIntsRejectsGarbage(t *testing.T) {
+	_, err := ints([]any{int64(1)}, 2)
+	assert.ErrorIs(t, err, ErrBadReply)
+	_, err = ints([]any{int64(1), "x"}, 2)
+	assert.ErrorIs(t, err, ErrBadReply)
+	_, err = ints([]any{int64(1), []any{}}, 2)
+	assert.ErrorIs(t, err, ErrBadReply)
+	v, err := ints([]any{int64(1), "2.5"}, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2}, v)
+	_, err = parseAnswer(limit.TokenBucket, 0, []any{int64(1), int64(2), int64(0), int64(0), int64(3), "x", "1"})
+	assert.ErrorIs(t, err, ErrBadReply)
+	_, err = parseAnswer(limit.TokenBucket, 0, []any{int64(0), int64(0), int64(0), int64(0), int64(0), "WRONGTYPE Operation against a key holding the wrong kind of value", ""})
+	assert.ErrorIs(t, classify("reconcile", "k", err), ErrWrongType, "an error a script caught is classified like any reply")
+}
