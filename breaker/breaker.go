@@ -1,0 +1,286 @@
+// Package breaker is the circuit breaker around every Redis call the limiter
+// makes (sony/gobreaker's two-step breaker), with each call's own short
+// timeout.
+//
+// A failing or slow Redis opens the breaker; while it is open no call waits
+// on Redis at all: Call returns ErrOpen at once, and callers decide from
+// memory instead. After OpenFor, the next call is let through as a probe; its
+// success closes the breaker.
+//
+// The state is mirrored into an atomic from gobreaker's OnStateChange (which
+// runs under gobreaker's lock, so nothing there calls back into the breaker),
+// and the hot path reads only that atomic: an open breaker costs a decision
+// one load.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// State is the breaker's state.
+type State int32
+
+// The breaker's states.
+const (
+	// Closed: calls go to Redis.
+	Closed State = iota
+	// HalfOpen: the next call probes Redis; its outcome closes or reopens.
+	HalfOpen
+	// Open: no call goes to Redis until OpenFor has passed.
+	Open
+)
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	}
+	return fmt.Sprintf("state(%d)", int32(s))
+}
+
+// Errors Call returns instead of calling.
+var (
+	// ErrOpen: the breaker is open (or half-open with its probe in flight).
+	ErrOpen = errors.New("breaker: open")
+	// ErrTimeout: the call did not finish within its timeout. The call may
+	// still be running; its result is discarded.
+	ErrTimeout = errors.New("breaker: call timed out")
+	// ErrBusy: too many calls are in flight (abandoned ones included): Redis
+	// is not keeping up.
+	ErrBusy = errors.New("breaker: too many calls in flight")
+)
+
+// Defaults for Settings' zero fields.
+const (
+	DefaultTimeout     = 50 * time.Millisecond
+	DefaultOpenFor     = time.Second
+	DefaultFailures    = 3
+	DefaultMaxInFlight = 256
+)
+
+// Settings configure a Breaker. The zero value is usable.
+type Settings struct {
+	// Name labels the breaker in errors and metrics.
+	Name string
+	// Timeout bounds each call: a call that has not finished by then counts
+	// as a failure, and Call returns ErrTimeout. A zero Timeout means 50 ms.
+	Timeout time.Duration
+	// OpenFor is how long the breaker stays open before it lets a probe
+	// through. A zero OpenFor means 1 s.
+	OpenFor time.Duration
+	// Failures is how many consecutive failures open the breaker. Zero means 3.
+	Failures uint32
+	// MaxInFlight bounds the calls running at once, counting calls that
+	// timed out but have not returned yet. Zero means 256.
+	MaxInFlight int
+	// Inline runs calls on the caller's goroutine, trusting fn to return by
+	// its context's deadline. Leave it false unless the Redis client applies
+	// context deadlines to its sockets (go-redis: ContextTimeoutEnabled):
+	// otherwise a hung Redis holds the caller until the client's own read
+	// timeout (3 s by default).
+	Inline bool
+	// IsSuccessful says which errors are not Redis's fault (a caller's
+	// mistake, a key of another type): they count as successes. Nil means
+	// only nil is a success.
+	IsSuccessful func(err error) bool
+	// IsExcluded says which errors say nothing about Redis (the caller's own
+	// cancellation): they are not counted at all. Nil means none.
+	IsExcluded func(err error) bool
+	// OnStateChange, if set, is told of every transition. It runs under
+	// gobreaker's lock: it must be quick, must not block, and must not call
+	// the breaker (an atomic store, a metric).
+	OnStateChange func(from, to State)
+}
+
+// Breaker guards calls to Redis. It is safe for concurrent use.
+type Breaker struct {
+	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
+	settings  Settings
+	state     atomic.Int32
+	changes   atomic.Uint64
+	openedAt  atomic.Int64 // Unix ns of the last transition to Open
+	inFlight  chan struct{}
+	timeouts  atomic.Uint64
+	rejected  atomic.Uint64
+	failures  atomic.Uint64
+	successes atomic.Uint64
+}
+
+// New returns a closed Breaker.
+func New(s Settings) *Breaker {
+	if s.Timeout <= 0 {
+		s.Timeout = DefaultTimeout
+	}
+	if s.OpenFor <= 0 {
+		s.OpenFor = DefaultOpenFor
+	}
+	if s.Failures == 0 {
+		s.Failures = DefaultFailures
+	}
+	if s.MaxInFlight <= 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+	b := &Breaker{settings: s, inFlight: make(chan struct{}, s.MaxInFlight)}
+	failures := s.Failures
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        s.Name,
+		MaxRequests: 1,
+		Timeout:     s.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= failures },
+		IsSuccessful: func(err error) bool {
+			return err == nil || (s.IsSuccessful != nil && s.IsSuccessful(err))
+		},
+		IsExcluded: func(err error) bool { return s.IsExcluded != nil && s.IsExcluded(err) },
+		// Under gobreaker's lock: atomic stores only, never a call back in.
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			f, t := fromGobreaker(from), fromGobreaker(to)
+			b.state.Store(int32(t))
+			b.changes.Add(1)
+			if t == Open {
+				b.openedAt.Store(time.Now().UnixNano())
+			}
+			if s.OnStateChange != nil {
+				s.OnStateChange(f, t)
+			}
+		},
+	})
+	return b
+}
+
+func fromGobreaker(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateOpen:
+		return Open
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	}
+	return Closed
+}
+
+// State returns the state as of the breaker's last transition, with one
+// atomic load. An open breaker whose OpenFor has passed still reads Open until
+// a call through it probes.
+func (b *Breaker) State() State { return State(b.state.Load()) }
+
+// Healthy reports whether the breaker is closed: Redis answered the last
+// calls.
+func (b *Breaker) Healthy() bool { return b.State() == Closed }
+
+// Changes counts the breaker's state transitions since it was made.
+func (b *Breaker) Changes() uint64 { return b.changes.Load() }
+
+// OpenFor returns how long the breaker stays open before probing.
+func (b *Breaker) OpenFor() time.Duration { return b.settings.OpenFor }
+
+// Timeout returns the default timeout of a call.
+func (b *Breaker) Timeout() time.Duration { return b.settings.Timeout }
+
+// ProbeIn returns how long until an open breaker lets its next probe
+// through: zero when it is not open.
+func (b *Breaker) ProbeIn(now time.Time) time.Duration {
+	if b.State() != Open {
+		return 0
+	}
+	return max(time.Duration(b.openedAt.Load()+int64(b.settings.OpenFor)-now.UnixNano()), 0)
+}
+
+// Counts is a snapshot of what the breaker has seen.
+type Counts struct {
+	Successes, Failures uint64 // calls Redis completed, and calls that failed
+	Timeouts            uint64 // calls abandoned at their timeout (also failures)
+	Rejected            uint64 // calls not made: open, or too many in flight
+	Changes             uint64 // state transitions
+}
+
+// Counts returns the breaker's counters.
+func (b *Breaker) Counts() Counts {
+	return Counts{
+		Successes: b.successes.Load(), Failures: b.failures.Load(),
+		Timeouts: b.timeouts.Load(), Rejected: b.rejected.Load(), Changes: b.changes.Load(),
+	}
+}
+
+// Call runs fn through b with timeout (zero means b's Timeout). fn gets a
+// context that ends at the timeout. When the breaker is open Call returns
+// ErrOpen without calling fn; when fn has not returned by the timeout Call
+// returns ErrTimeout at once, counts a failure, and leaves fn to finish on its
+// own goroutine (unless the breaker runs calls inline). Otherwise it returns
+// what fn returned, after counting it.
+func Call[T any](ctx context.Context, b *Breaker, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if timeout <= 0 {
+		timeout = b.settings.Timeout
+	}
+	done, err := b.cb.Allow()
+	if err != nil {
+		b.rejected.Add(1)
+		return zero, fmt.Errorf("%w: %s", ErrOpen, b.settings.Name)
+	}
+	select {
+	case b.inFlight <- struct{}{}:
+	default:
+		b.rejected.Add(1)
+		b.failures.Add(1)
+		done(ErrBusy)
+		return zero, ErrBusy
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	if b.settings.Inline {
+		v, err := fn(cctx)
+		cancel()
+		<-b.inFlight
+		b.count(done, err, cctx)
+		return v, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := fn(cctx)
+		<-b.inFlight
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		cancel()
+		b.count(done, r.err, cctx)
+		return r.v, r.err
+	case <-cctx.Done():
+		cancel()
+		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			done(ctx.Err()) // the caller gave up: excluded if IsExcluded says so
+			return zero, ctx.Err()
+		}
+		b.timeouts.Add(1)
+		b.failures.Add(1)
+		done(ErrTimeout)
+		return zero, ErrTimeout
+	}
+}
+
+// count reports a finished call's outcome to gobreaker and the counters.
+func (b *Breaker) count(done func(error), err error, ctx context.Context) {
+	switch {
+	case err == nil || (b.settings.IsSuccessful != nil && b.settings.IsSuccessful(err)):
+		b.successes.Add(1)
+	case b.settings.IsExcluded != nil && b.settings.IsExcluded(err):
+	default:
+		b.failures.Add(1)
+		if ctx.Err() != nil {
+			b.timeouts.Add(1)
+		}
+	}
+	done(err)
+}

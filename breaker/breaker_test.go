@@ -1,0 +1,191 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	bg      = context.Background()
+	errBoom = errors.New("boom")
+)
+
+func ok(context.Context) (int, error)   { return 1, nil }
+func fail(context.Context) (int, error) { return 0, errBoom }
+
+func TestOpensAfterConsecutiveFailuresAndProbesBack(t *testing.T) {
+	var transitions []string
+	var mu sync.Mutex
+	b := New(Settings{Name: "t", Failures: 3, OpenFor: 50 * time.Millisecond, OnStateChange: func(from, to State) {
+		mu.Lock()
+		transitions = append(transitions, from.String()+">"+to.String())
+		mu.Unlock()
+	}})
+	assert.Equal(t, Closed, b.State())
+	for range 2 {
+		_, err := Call(bg, b, 0, fail)
+		assert.ErrorIs(t, err, errBoom)
+	}
+	assert.True(t, b.Healthy(), "two failures are not enough")
+	_, _ = Call(bg, b, 0, ok) // a success resets the count
+	for range 3 {
+		_, _ = Call(bg, b, 0, fail)
+	}
+	assert.Equal(t, Open, b.State())
+	assert.Positive(t, b.ProbeIn(time.Now()))
+
+	called := false
+	_, err := Call(bg, b, 0, func(context.Context) (int, error) { called = true; return 0, nil })
+	assert.ErrorIs(t, err, ErrOpen)
+	assert.False(t, called, "an open breaker calls nothing")
+
+	time.Sleep(60 * time.Millisecond)
+	v, err := Call(bg, b, 0, ok) // the probe
+	require.NoError(t, err)
+	assert.Equal(t, 1, v)
+	assert.Equal(t, Closed, b.State())
+	assert.Zero(t, b.ProbeIn(time.Now()))
+
+	mu.Lock()
+	assert.Equal(t, []string{"closed>open", "open>half-open", "half-open>closed"}, transitions)
+	mu.Unlock()
+	assert.Equal(t, uint64(3), b.Changes())
+	c := b.Counts()
+	assert.Equal(t, uint64(2), c.Successes)
+	assert.Equal(t, uint64(5), c.Failures)
+	assert.Equal(t, uint64(1), c.Rejected)
+}
+
+func TestFailedProbeReopens(t *testing.T) {
+	b := New(Settings{Failures: 1, OpenFor: 20 * time.Millisecond})
+	_, _ = Call(bg, b, 0, fail)
+	require.Equal(t, Open, b.State())
+	time.Sleep(30 * time.Millisecond)
+	_, err := Call(bg, b, 0, fail)
+	assert.ErrorIs(t, err, errBoom)
+	assert.Equal(t, Open, b.State())
+}
+
+// TestTimeoutDoesNotWaitForTheCall: a call that ignores its context (as a
+// go-redis client without ContextTimeoutEnabled does) is abandoned at the
+// timeout; the caller waits no longer.
+func TestTimeoutDoesNotWaitForTheCall(t *testing.T) {
+	b := New(Settings{Timeout: 20 * time.Millisecond, Failures: 1})
+	release := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	_, err := Call(bg, b, 0, func(context.Context) (int, error) {
+		defer close(finished)
+		<-release // deaf to the context
+		return 1, nil
+	})
+	waited := time.Since(start)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.Less(t, waited, time.Second, "returned at the timeout, not when the call finished")
+	assert.Equal(t, Open, b.State(), "a timeout is a failure")
+	assert.Equal(t, uint64(1), b.Counts().Timeouts)
+	close(release)
+	<-finished
+}
+
+func TestInlineCallsHonourTheContext(t *testing.T) {
+	b := New(Settings{Timeout: 20 * time.Millisecond, Failures: 1, Inline: true})
+	_, err := Call(bg, b, 0, func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, Open, b.State())
+	assert.Equal(t, uint64(1), b.Counts().Timeouts)
+}
+
+func TestPerCallTimeoutOverridesTheDefault(t *testing.T) {
+	b := New(Settings{Timeout: 10 * time.Millisecond})
+	v, err := Call(bg, b, 200*time.Millisecond, func(context.Context) (int, error) {
+		time.Sleep(30 * time.Millisecond)
+		return 7, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 7, v)
+}
+
+func TestTooManyInFlight(t *testing.T) {
+	b := New(Settings{Timeout: time.Second, MaxInFlight: 2, Failures: 100})
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	var wg sync.WaitGroup
+	for range 2 {
+		started.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = Call(bg, b, 0, func(context.Context) (int, error) { started.Done(); <-release; return 0, nil })
+		}()
+	}
+	started.Wait()
+	_, err := Call(bg, b, 0, ok)
+	assert.ErrorIs(t, err, ErrBusy)
+	close(release)
+	wg.Wait()
+	_, err = Call(bg, b, 0, ok)
+	assert.NoError(t, err, "room again once the calls return")
+}
+
+func TestSuccessfulAndExcludedErrors(t *testing.T) {
+	errCaller := errors.New("caller's mistake")
+	b := New(Settings{
+		Failures:     1,
+		IsSuccessful: func(err error) bool { return errors.Is(err, errCaller) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+	})
+	_, err := Call(bg, b, 0, func(context.Context) (int, error) { return 0, errCaller })
+	assert.ErrorIs(t, err, errCaller)
+	assert.True(t, b.Healthy(), "the caller's mistake is not Redis's failure")
+
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	_, err = Call(ctx, b, 0, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.True(t, b.Healthy(), "the caller giving up says nothing about Redis")
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	b := New(Settings{Failures: 1000, OpenFor: 10 * time.Millisecond})
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				f := ok
+				if (g+i)%3 == 0 {
+					f = fail
+				}
+				if _, err := Call(bg, b, 0, f); err == nil {
+					n.Add(1)
+				}
+				_ = b.State()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Positive(t, n.Load())
+}
+
+func TestStateString(t *testing.T) {
+	assert.Equal(t, "closed", Closed.String())
+	assert.Equal(t, "half-open", HalfOpen.String())
+	assert.Equal(t, "open", Open.String())
+	assert.Equal(t, "state(9)", State(9).String())
+}
