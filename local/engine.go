@@ -137,6 +137,33 @@ func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (res li
 	return res, nil
 }
 
+// RecordN notes that a request of weight n for key was admitted without the
+// algorithm being asked (a fail-open decision while Redis is down): its
+// spend and demand are recorded for the reconciler, so the global state
+// learns of it, and the key's own state is left as it is.
+func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error {
+	if err := limit.CheckKey(key); err != nil {
+		return err
+	}
+	sh := e.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en, err := sh.lookup(key, lim, Share(e.newKey.Load()))
+	if err == nil {
+		err = en.pol.checkN(n)
+	}
+	if err != nil {
+		return err
+	}
+	if !lim.Algorithm.IsBucket() && lim.Algorithm != limit.SlidingWindowLog {
+		sh.rollWindow(key, en, sh.clamp(now))
+	}
+	if e.track && n > 0 {
+		sh.record(key, en, n, true)
+	}
+	return nil
+}
+
 // ErrNotQueue is returned by ReserveN and CancelN for a limit whose algorithm
 // is not limit.LeakyBucket, the only one that queues.
 var ErrNotQueue = errors.New("local: reserve needs the leaky bucket")

@@ -312,3 +312,19 @@ func TestNewRejectsNegativeConfig(t *testing.T) {
 	e := newEngine(t, Config{Shards: 5})
 	assert.Len(t, e.shards, 8, "rounded up to a power of two")
 }
+
+func TestRecordNRecordsSpendOnly(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	lim := limit.PerSecond(10)
+	for range 3 {
+		require.NoError(t, e.RecordN(t0, "k", lim, 7))
+	}
+	res, err := e.AllowN(t0, "k", lim, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), res.Remaining, "the state is untouched")
+	spends := e.TakeSpend(nil)
+	require.Len(t, spends, 1)
+	assert.Equal(t, int64(21), spends[0].Spent, "beyond what the bucket would have admitted")
+	assert.ErrorIs(t, e.RecordN(t0, "k", lim, 11), limit.ErrExceedsCapacity)
+	assert.ErrorIs(t, e.RecordN(t0, "", lim, 1), limit.ErrInvalidKey)
+}
