@@ -1,0 +1,293 @@
+// Package reconcile (in directory sync, whose name would shadow the
+// standard library's: import it as reconcile) keeps a node's memory and Redis
+// in step. Every interval, with jitter, it takes what the node spent since
+// the last round from the local engine, sends it to Redis in one pipelined
+// round through the circuit breaker, and seeds each key's local state with
+// the global state that came back, in this node's share of the limit: its
+// demand over the demand of all the key's active nodes.
+//
+// Spend a round could not send is kept for the next, merged per key and
+// bounded in memory; if the bound is ever hit, the weight dropped is counted
+// in Stats.LostSpend and logged, never silently.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/breaker"
+	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultInterval   = 20 * time.Millisecond
+	DefaultJitter     = 0.1
+	DefaultMaxPending = 1 << 20
+	// sweepEvery is how many rounds pass between sweeps of idle keys.
+	sweepEvery = 10
+	// sweepPerShard bounds the keys a sweep looks at per shard.
+	sweepPerShard = 64
+)
+
+// Config configures a Reconciler. The zero value is usable.
+type Config struct {
+	// Interval is the time between rounds. A zero Interval means 20 ms.
+	Interval time.Duration
+	// Jitter spreads rounds by up to ±Jitter of the interval, so a fleet
+	// started together does not reconcile in lockstep. Zero means 0.1;
+	// negative means none.
+	Jitter float64
+	// RoundTimeout bounds one round's call to Redis. Zero means the
+	// breaker's timeout, at least 5 intervals and at least 250 ms: a round
+	// carries a whole batch, a decision one key.
+	RoundTimeout time.Duration
+	// MaxPending bounds the distinct keys whose spend is kept while Redis is
+	// unreachable. Zero means 1,048,576.
+	MaxPending int
+	// FleetSize is a configured number of nodes (0: none). It takes priority
+	// over the nodes seen in Redis when new keys and degraded mode divide the
+	// limit.
+	FleetSize int
+	// Logger receives lost spend and refused keys. Nil means slog.Default().
+	Logger *slog.Logger
+	// OnRound, if set, is called after every round with what happened, on
+	// the reconciler's goroutine and outside its locks (metrics hook here).
+	OnRound func(RoundInfo)
+}
+
+// RoundInfo describes one round, for metrics.
+type RoundInfo struct {
+	Keys     int           // keys reported
+	Duration time.Duration // the round trip to Redis, or the time to fail
+	Err      error         // why the round failed; nil when it succeeded
+	Nodes    int           // nodes active in the fleet, as Redis answered
+}
+
+// Deps are the parts a Reconciler works with, all shared with the limiter.
+type Deps struct {
+	Engine  *local.Engine
+	Store   *remote.Store
+	Breaker *breaker.Breaker
+	Clock   clock.Clock
+	Offset  *clock.Offset
+}
+
+// Reconciler runs reconciliation rounds. Run it on one goroutine; Round and
+// Flush may be called from others (rounds never overlap).
+type Reconciler struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	mu          sync.Mutex // one round at a time; guards the fields below
+	pending     *pending
+	taken       []local.Spend
+	reports     []remote.Report // reused while calls return; see runRound
+	round       *remote.Round
+	lastSuccess time.Time
+	rounds      int
+
+	stats struct {
+		rounds, errors, keys, lost atomic.Uint64
+		pending, nodes             atomic.Int64
+		lastDuration               atomic.Int64
+	}
+}
+
+// New returns a Reconciler of deps.
+func New(cfg Config, deps Deps) (*Reconciler, error) {
+	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
+		return nil, errors.New("reconcile: every dependency is required")
+	}
+	if cfg.Interval < 0 || cfg.RoundTimeout < 0 || cfg.MaxPending < 0 || cfg.FleetSize < 0 {
+		return nil, fmt.Errorf("reconcile: negative interval %v, round timeout %v, max pending %d or fleet size %d",
+			cfg.Interval, cfg.RoundTimeout, cfg.MaxPending, cfg.FleetSize)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = DefaultJitter
+	}
+	if cfg.Jitter < 0 || cfg.Jitter > 1 {
+		cfg.Jitter = 0
+	}
+	if cfg.RoundTimeout == 0 {
+		cfg.RoundTimeout = max(deps.Breaker.Timeout(), 5*cfg.Interval, 250*time.Millisecond)
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Reconciler{cfg: cfg, deps: deps, log: log, pending: newPending(cfg.MaxPending), round: new(remote.Round), lastSuccess: deps.Clock.Now()}
+	deps.Engine.SetFleet(cfg.FleetSize, 1)
+	return r, nil
+}
+
+// Interval returns the time between rounds.
+func (r *Reconciler) Interval() time.Duration { return r.cfg.Interval }
+
+// Run runs rounds every interval, with jitter, until ctx is done.
+func (r *Reconciler) Run(ctx context.Context) {
+	timer := time.NewTimer(r.next())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			_ = r.Round(ctx)
+			timer.Reset(r.next())
+		}
+	}
+}
+
+// next is the delay before the next round.
+func (r *Reconciler) next() time.Duration {
+	d := r.cfg.Interval
+	if r.cfg.Jitter > 0 {
+		d += time.Duration((rand.Float64()*2 - 1) * r.cfg.Jitter * float64(d))
+	}
+	return max(d, time.Millisecond)
+}
+
+// Round runs one round now: takes the engine's spend, sends everything
+// pending, and seeds the keys Redis answered for. It returns why the round
+// failed, if it did; the spend it could not send is kept for the next.
+func (r *Reconciler) Round(ctx context.Context) error {
+	info, err := r.runRound(ctx)
+	if r.cfg.OnRound != nil {
+		r.cfg.OnRound(info)
+	}
+	return err
+}
+
+func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.deps.Engine
+	r.taken = e.TakeSpend(r.taken[:0])
+	lost := int64(0)
+	for _, s := range r.taken {
+		lost += r.pending.add(s)
+	}
+	clear(r.taken) // drop the key strings for the GC
+	if lost > 0 {
+		r.lose(lost, "the buffer of unreported spend is full", "max_pending", r.cfg.MaxPending)
+	}
+
+	start := r.deps.Clock.Now()
+	seconds := max(start.Sub(r.lastSuccess).Seconds(), r.cfg.Interval.Seconds())
+	r.reports = r.reports[:0]
+	r.pending.each(func(s *local.Spend) {
+		r.reports = append(r.reports, remote.Report{Key: s.Key, Limit: s.Limit, Spent: s.Spent, Window: s.Window, Demand: float64(s.Hits) / seconds})
+	})
+	info := RoundInfo{Keys: len(r.reports)}
+
+	reports, round := r.reports, r.round
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.RoundTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
+	})
+	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
+		// The breaker may have stopped waiting (a timeout, the caller's
+		// context) while the call still runs and reads these buffers: they
+		// are the call's now; the next round gets new ones.
+		r.reports, r.round = nil, new(remote.Round)
+	}
+	received := r.deps.Clock.Now()
+	info.Duration = received.Sub(start)
+	r.stats.lastDuration.Store(int64(info.Duration))
+	r.stats.rounds.Add(1)
+	if err != nil {
+		r.stats.errors.Add(1)
+		r.stats.pending.Store(int64(r.pending.len()))
+		info.Err = err
+		return info, err
+	}
+
+	r.deps.Offset.Observe(start, time.Unix(0, round.Now), received)
+	e.SetFleet(r.cfg.FleetSize, round.Nodes)
+	info.Nodes = round.Nodes
+	r.stats.nodes.Store(int64(round.Nodes))
+	now := r.deps.Offset.Map(received)
+	var retry []local.Spend
+	for i, a := range round.Answers {
+		rep := reports[i]
+		if a.Err != nil {
+			if remote.IsKeyFault(a.Err) || !errors.As(a.Err, new(*remote.Error)) {
+				// Redis refuses this key for good (someone else's value, a
+				// limit it cannot take): keeping it would only grow.
+				r.lose(rep.Spent, "redis refused the key", "key", rep.Key, "err", a.Err)
+				continue
+			}
+			retry = append(retry, local.Spend{Key: rep.Key, Limit: rep.Limit, Spent: rep.Spent, Window: rep.Window,
+				Hits: int64(rep.Demand * seconds)})
+			continue
+		}
+		share := Share(a.Demand, a.Total, a.Nodes)
+		_ = e.Seed(now, rep.Key, rep.Limit, a.State, share, a.Nodes) // validated when it was decided
+	}
+	r.stats.keys.Add(uint64(len(reports)))
+	r.pending.reset()
+	for _, s := range retry {
+		r.pending.add(s)
+	}
+	r.stats.pending.Store(int64(r.pending.len()))
+	r.lastSuccess = start
+	if r.rounds++; r.rounds%sweepEvery == 0 {
+		e.Sweep(now, sweepPerShard)
+	}
+	return info, nil
+}
+
+// lose counts spend that will never reach Redis, and says so.
+func (r *Reconciler) lose(weight int64, why string, args ...any) {
+	if weight <= 0 {
+		return
+	}
+	r.stats.lost.Add(uint64(weight))
+	r.log.Warn("reconcile: spend lost: "+why, append([]any{"weight", weight}, args...)...)
+}
+
+// Flush runs a round now and reports whether everything this node spent has
+// reached Redis: nil, or the round's error and how much is still pending.
+func (r *Reconciler) Flush(ctx context.Context) error {
+	if err := r.Round(ctx); err != nil {
+		return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", r.stats.pending.Load(), err)
+	}
+	if n := r.stats.pending.Load(); n > 0 {
+		return fmt.Errorf("reconcile: flush: %d keys of spend not reported", n)
+	}
+	return nil
+}
+
+// Stats is a snapshot of the reconciler's counters.
+type Stats struct {
+	Rounds, RoundErrors uint64        // rounds run, and those that failed
+	KeysSent            uint64        // reports sent in successful rounds
+	LostSpend           uint64        // weight dropped: buffer full, or a key Redis refuses
+	Pending             int           // keys of spend waiting for the next round
+	Nodes               int           // nodes active in the fleet at the last round
+	LastRound           time.Duration // the last round's duration
+}
+
+// Stats returns the reconciler's counters.
+func (r *Reconciler) Stats() Stats {
+	return Stats{
+		Rounds: r.stats.rounds.Load(), RoundErrors: r.stats.errors.Load(), KeysSent: r.stats.keys.Load(),
+		LostSpend: r.stats.lost.Load(), Pending: int(r.stats.pending.Load()), Nodes: int(r.stats.nodes.Load()),
+		LastRound: time.Duration(r.stats.lastDuration.Load()),
+	}
+}
