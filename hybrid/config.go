@@ -1,0 +1,177 @@
+package hybrid
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/clock"
+)
+
+// Mode is how a Limiter makes its decisions: the three rows of the design
+// notes' "local vs distributed" table as one setting.
+type Mode int
+
+const (
+	// Async decides from node memory and reconciles with Redis every
+	// SyncInterval: well under a microsecond per decision, with an error
+	// across nodes bounded by the interval (docs/accuracy.md). The zero
+	// value, and the default. Kong calls it sync_rate > 0.
+	Async Mode = iota
+	// Sync decides in Redis, one script per decision: exact across nodes, at
+	// a round trip per decision. Kong's sync_rate 0.
+	Sync
+	// LocalOnly decides from node memory alone: no Redis, each node its own
+	// limit. Also what a Limiter does whenever Config.Redis is nil. Kong's
+	// sync_rate -1.
+	LocalOnly
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Async:
+		return "async"
+	case Sync:
+		return "sync"
+	case LocalOnly:
+		return "local"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// Fallback is what a node does while degraded: Redis failed and the breaker
+// is open.
+type Fallback int
+
+const (
+	// Conservative enforces the global limit divided among the nodes: by
+	// Config.FleetSize when set, else by the nodes last seen active on the
+	// key, else by the nodes last seen in the fleet. The zero value.
+	Conservative Fallback = iota
+	// FailOpen admits every request. Its spend is still recorded and
+	// reported when Redis returns.
+	FailOpen
+	// FailClosed denies every request until Redis returns.
+	FailClosed
+)
+
+func (f Fallback) String() string {
+	switch f {
+	case Conservative:
+		return "conservative"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return fmt.Sprintf("fallback(%d)", int(f))
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultSyncInterval   = 20 * time.Millisecond
+	DefaultRedisTimeout   = 50 * time.Millisecond
+	DefaultStartupTimeout = 2 * time.Second
+)
+
+// Config configures a Limiter. The zero value is a local-only limiter with
+// default settings; set Redis for the other modes.
+type Config struct {
+	// Redis is the client the limiter shares state through: a single node, a
+	// Sentinel failover client or a Cluster (redis.UniversalClient). Nil
+	// means LocalOnly whatever Mode says. The client stays the caller's: the
+	// limiter never closes it.
+	Redis redis.UniversalClient
+	// Prefix starts every Redis key the limiter writes. Zero means "rl:".
+	Prefix string
+	// Mode is how decisions are made. The zero value is Async.
+	Mode Mode
+	// SyncInterval is the time between reconciliation rounds in Async mode
+	// (and the heartbeat in Sync mode). A zero SyncInterval means 20 ms.
+	// docs/accuracy.md gives the error each interval buys.
+	SyncInterval time.Duration
+	// Fallback is what a node does while degraded. The zero value is
+	// Conservative.
+	Fallback Fallback
+	// FleetSize, when set, is the number of nodes sharing the limits: in
+	// degraded mode each enforces the limit divided by it. Zero means the
+	// number last seen active in Redis. Set it when nodes may start while
+	// Redis is down (nothing has been seen yet).
+	FleetSize int
+	// RedisTimeout bounds each decision's call to Redis in Sync mode: no
+	// decision waits longer, whatever the client's own timeouts. Zero means
+	// 50 ms.
+	RedisTimeout time.Duration
+	// BreakerOpenFor is how long the breaker stays open before it probes
+	// Redis again. Zero means 1 s.
+	BreakerOpenFor time.Duration
+	// BreakerFailures is how many consecutive failed calls open the breaker.
+	// Zero means 3.
+	BreakerFailures uint32
+	// ActiveWindow is how long a node counts as active on a key, and in the
+	// fleet, after its last report. Zero means 50 intervals, at least 1 s.
+	ActiveWindow time.Duration
+	// MaxKeys bounds the keys held in memory (least recently used are
+	// evicted; their unreported spend is kept). Zero means 1,048,576.
+	MaxKeys int
+	// Node names this node in Redis. Zero means host name, process id and a
+	// random suffix.
+	Node string
+	// StartDegraded lets New succeed while Redis is unreachable: the limiter
+	// starts degraded and finds Redis when it returns. By default New
+	// returns an error wrapping ErrRedisUnavailable instead.
+	StartDegraded bool
+	// StartupTimeout bounds New's first contact with Redis. Zero means 2 s.
+	StartupTimeout time.Duration
+	// Clock is the limiter's clock. Nil means the real clock.
+	Clock clock.Clock
+	// Logger receives the breaker's transitions and any lost spend. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// effectiveMode is the mode the limiter runs in.
+func (c *Config) effectiveMode() Mode {
+	if c.Redis == nil {
+		return LocalOnly
+	}
+	return c.Mode
+}
+
+// withDefaults checks c and fills its zero fields.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Mode < Async || c.Mode > LocalOnly:
+		return c, fmt.Errorf("hybrid: unknown mode %d", c.Mode)
+	case c.Fallback < Conservative || c.Fallback > FailClosed:
+		return c, fmt.Errorf("hybrid: unknown fallback %d", c.Fallback)
+	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0:
+		return c, fmt.Errorf("hybrid: negative duration in config (interval %v, redis timeout %v, open for %v, active window %v, startup %v)",
+			c.SyncInterval, c.RedisTimeout, c.BreakerOpenFor, c.ActiveWindow, c.StartupTimeout)
+	case c.FleetSize < 0 || c.MaxKeys < 0:
+		return c, fmt.Errorf("hybrid: negative fleet size %d or max keys %d", c.FleetSize, c.MaxKeys)
+	case c.SyncInterval != 0 && c.SyncInterval < time.Millisecond:
+		return c, fmt.Errorf("hybrid: sync interval %v is below 1ms", c.SyncInterval)
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = DefaultSyncInterval
+	}
+	if c.RedisTimeout == 0 {
+		c.RedisTimeout = DefaultRedisTimeout
+	}
+	if c.ActiveWindow == 0 {
+		c.ActiveWindow = max(50*c.SyncInterval, time.Second)
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = DefaultStartupTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
