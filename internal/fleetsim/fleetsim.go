@@ -1,0 +1,265 @@
+// Package fleetsim drives a fleet of limiter nodes with an offered load over
+// real time and records, per node and per time bucket, what was offered,
+// what was admitted, where each decision came from and how long it took.
+// The accuracy tests, the chaos tests and the command line's demo, tune and
+// chaos commands all measure through it.
+package fleetsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// Decider is a node of the fleet: a *hybrid.Limiter.
+type Decider interface {
+	AllowN(ctx context.Context, key string, lim hybrid.Limit, n int64) (hybrid.Decision, error)
+}
+
+// Load is the traffic offered to the fleet.
+type Load struct {
+	// Rate is the requests per second offered to the whole fleet.
+	Rate float64
+	// Weight is the part of Rate node i receives at elapsed time at. Weights
+	// need not sum to one: they are normalised over the nodes present, so a
+	// weight of zero means the node is absent (not yet joined, or left).
+	// Nil means an even spread.
+	Weight func(i int, at time.Duration) float64
+}
+
+// Run describes one measurement.
+type Run struct {
+	Key      string
+	Limit    hybrid.Limit
+	Duration time.Duration
+	// Bucket is the resolution of the timeline. Zero means 100 ms.
+	Bucket time.Duration
+	// Tick is how often each node's generator catches up with its rate. Zero
+	// means 1 ms.
+	Tick time.Duration
+	// OnBucket, if set, is called with each completed bucket, for live
+	// output, from the goroutine that called Drive.
+	OnBucket func(b Bucket)
+}
+
+// Bucket is what happened in one time bucket on one node, or on the fleet.
+type Bucket struct {
+	Start    time.Duration // since the run began
+	Node     int           // -1 for the whole fleet
+	Offered  int
+	Admitted int
+	Sources  [3]int // decisions by hybrid.Source (Local, Remote, Degraded)
+	Errors   int
+}
+
+// Timeline is the outcome of a run.
+type Timeline struct {
+	Bucket  time.Duration
+	Nodes   int
+	Buckets [][]Bucket // [bucket][node]
+	// Latencies holds every decision's latency, unsorted.
+	Latencies []time.Duration
+	// FirstError is the first error a decision returned, if any.
+	FirstError error
+}
+
+// Drive offers load to nodes for run.Duration and records the timeline. It
+// returns early, with what it has, if ctx ends.
+func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline, error) {
+	if len(nodes) == 0 || run.Duration <= 0 || load.Rate <= 0 {
+		return nil, errors.New("fleetsim: need nodes, a duration and a rate")
+	}
+	if run.Bucket <= 0 {
+		run.Bucket = 100 * time.Millisecond
+	}
+	if run.Tick <= 0 {
+		run.Tick = time.Millisecond
+	}
+	weight := load.Weight
+	if weight == nil {
+		weight = func(int, time.Duration) float64 { return 1 }
+	}
+	nb := int((run.Duration + run.Bucket - 1) / run.Bucket)
+	tl := &Timeline{Bucket: run.Bucket, Nodes: len(nodes), Buckets: make([][]Bucket, nb)}
+	for b := range tl.Buckets {
+		tl.Buckets[b] = make([]Bucket, len(nodes))
+		for i := range nodes {
+			tl.Buckets[b][i] = Bucket{Start: time.Duration(b) * run.Bucket, Node: i}
+		}
+	}
+	// rateOf is node i's share of the offered rate at elapsed time at.
+	rateOf := func(i int, at time.Duration) float64 {
+		total := 0.0
+		for j := range nodes {
+			total += max(weight(j, at), 0)
+		}
+		if total == 0 {
+			return 0
+		}
+		return load.Rate * max(weight(i, at), 0) / total
+	}
+
+	var mu sync.Mutex // guards tl
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(run.Tick)
+			defer tick.Stop()
+			owed := 0.0 // requests this node should have sent and has not
+			last := time.Duration(0)
+			var lat []time.Duration
+			for {
+				select {
+				case <-ctx.Done():
+					mu.Lock()
+					tl.Latencies = append(tl.Latencies, lat...)
+					mu.Unlock()
+					return
+				case <-tick.C:
+				}
+				at := time.Since(start)
+				if at >= run.Duration {
+					mu.Lock()
+					tl.Latencies = append(tl.Latencies, lat...)
+					mu.Unlock()
+					return
+				}
+				owed += rateOf(i, at) * (at - last).Seconds()
+				last = at
+				for ; owed >= 1; owed-- {
+					t0 := time.Now()
+					d, err := node.AllowN(ctx, run.Key, run.Limit, 1)
+					took := time.Since(t0)
+					lat = append(lat, took)
+					b := int(time.Since(start) / run.Bucket)
+					if b >= nb {
+						b = nb - 1
+					}
+					mu.Lock()
+					bk := &tl.Buckets[b][i]
+					bk.Offered++
+					if err != nil {
+						bk.Errors++
+						if tl.FirstError == nil {
+							tl.FirstError = fmt.Errorf("fleetsim: node %d: %w", i, err)
+						}
+					} else {
+						if d.Allowed {
+							bk.Admitted++
+						}
+						if int(d.Source) < len(bk.Sources) {
+							bk.Sources[d.Source]++
+						}
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	if run.OnBucket != nil {
+		reported := 0
+		for reported < nb {
+			select {
+			case <-ctx.Done():
+				reported = nb
+				continue
+			case <-time.After(time.Until(start.Add(time.Duration(reported+1) * run.Bucket))):
+			}
+			mu.Lock()
+			b := tl.fleet(reported)
+			mu.Unlock()
+			run.OnBucket(b)
+			reported++
+		}
+	}
+	wg.Wait()
+	return tl, ctx.Err()
+}
+
+// fleet sums bucket b over the nodes.
+func (tl *Timeline) fleet(b int) Bucket {
+	out := Bucket{Start: time.Duration(b) * tl.Bucket, Node: -1}
+	for _, n := range tl.Buckets[b] {
+		out.Offered += n.Offered
+		out.Admitted += n.Admitted
+		out.Errors += n.Errors
+		for s := range out.Sources {
+			out.Sources[s] += n.Sources[s]
+		}
+	}
+	return out
+}
+
+// Fleet returns the timeline summed over the nodes.
+func (tl *Timeline) Fleet() []Bucket {
+	out := make([]Bucket, len(tl.Buckets))
+	for b := range tl.Buckets {
+		out[b] = tl.fleet(b)
+	}
+	return out
+}
+
+// Admitted returns what the fleet admitted in [from, to).
+func (tl *Timeline) Admitted(from, to time.Duration) int {
+	sum := 0
+	for b := range tl.Buckets {
+		at := time.Duration(b) * tl.Bucket
+		if at >= from && at < to {
+			sum += tl.fleet(b).Admitted
+		}
+	}
+	return sum
+}
+
+// Total returns the fleet's totals over the run.
+func (tl *Timeline) Total() Bucket {
+	out := Bucket{Node: -1}
+	for b := range tl.Buckets {
+		f := tl.fleet(b)
+		out.Offered += f.Offered
+		out.Admitted += f.Admitted
+		out.Errors += f.Errors
+		for s := range out.Sources {
+			out.Sources[s] += f.Sources[s]
+		}
+	}
+	return out
+}
+
+// MaxWindow returns the most the fleet admitted within any window of w
+// (rounded to whole buckets), sliding bucket by bucket, and where it began.
+func (tl *Timeline) MaxWindow(w time.Duration) (admitted int, at time.Duration) {
+	k := max(int(w/tl.Bucket), 1)
+	fleet := tl.Fleet()
+	sum := 0
+	for b := range fleet {
+		sum += fleet[b].Admitted
+		if b >= k {
+			sum -= fleet[b-k].Admitted
+		}
+		if b >= k-1 && sum > admitted {
+			admitted, at = sum, time.Duration(b-k+1)*tl.Bucket
+		}
+	}
+	return admitted, at
+}
+
+// Percentile returns the latency at quantile q (0.5, 0.99, 0.999) of every
+// decision in the run.
+func (tl *Timeline) Percentile(q float64) time.Duration {
+	if len(tl.Latencies) == 0 {
+		return 0
+	}
+	s := slices.Clone(tl.Latencies)
+	slices.Sort(s)
+	i := min(int(q*float64(len(s))), len(s)-1)
+	return s[i]
+}
