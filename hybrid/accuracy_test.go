@@ -38,7 +38,9 @@ var accLimit = hybrid.PerSecond(accRate).WithBurst(accBurst)
 
 // lazyNode is a fleet node that may join late (made when it joins) or leave
 // early (closed when it leaves).
-type lazyNode struct{ l atomic.Pointer[hybrid.Limiter] }
+type lazyNode struct {
+	l atomic.Pointer[hybrid.Limiter]
+}
 
 func (n *lazyNode) AllowN(ctx context.Context, key string, lim hybrid.Limit, k int64) (hybrid.Decision, error) {
 	l := n.l.Load()
