@@ -113,10 +113,11 @@ func (l *Limiter) connect() error {
 		OnStateChange: func(_, to breaker.State) { l.engine.SetDegraded(to != breaker.Closed) },
 	})
 	l.reconciler, err = reconcile.New(reconcile.Config{
-		Interval:  cfg.SyncInterval,
-		FleetSize: cfg.FleetSize,
-		Logger:    cfg.Logger,
-		OnRound:   l.afterRound,
+		Interval:     cfg.SyncInterval,
+		FleetSize:    cfg.FleetSize,
+		ActiveWindow: cfg.ActiveWindow,
+		Logger:       cfg.Logger,
+		OnRound:      l.afterRound,
 	}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)

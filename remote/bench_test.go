@@ -93,6 +93,9 @@ func BenchmarkReconcile(b *testing.B) {
 			var r Round
 			start := time.Now()
 			for b.Loop() {
+				for i := range rs {
+					rs[i].Total++ // new spend every round, as in use
+				}
 				if err := s.Reconcile(bg, rs, &r); err != nil {
 					b.Fatal(err)
 				}

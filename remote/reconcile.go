@@ -11,14 +11,26 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
-// Report is what this node spent on one key since its last report.
+// Report is what this node has spent on one key. It is idempotent: it says
+// how much the node spent in all since Epoch began (Total), and Redis applies
+// only what it has not applied from this node and epoch before. Sending a
+// report twice, or an old one late, changes nothing, so a round whose answer
+// was lost can be sent again without counting anything twice.
 type Report struct {
 	// Key and Limit identify the global state.
 	Key   string
 	Limit limit.Limit
-	// Spent is the weight admitted since the last report.
-	Spent int64
-	// Window is, for the window algorithms, the window Spent was counted in.
+	// Epoch identifies the node's counter for this key: it grows, and a node
+	// starts a new one when it starts counting the key afresh. Redis keeps
+	// the node's two latest epochs per key; an older one is ignored.
+	Epoch int64
+	// Total is the weight admitted since Epoch began.
+	Total int64
+	// Acked is the part of Total Redis has acknowledged to this node. When
+	// Redis has no record of the epoch (it forgot a node silent for longer
+	// than the active window, or lost its data) it applies Total - Acked.
+	Acked int64
+	// Window is, for the window algorithms, the window Total was counted in.
 	Window int64
 	// Demand is the weight this node was asked for, admitted or not, in
 	// requests per second: how the fleet divides the limit among nodes.
@@ -69,9 +81,12 @@ const valuesPerKey = 7
 // Reconcile applies a node's reports and beats its heartbeat in one pipeline:
 // one round trip per Redis node (a Cluster client groups the pipeline by
 // slot owner). Each report refills its key by Redis TIME, subtracts what was
-// spent (into debt where the fleet over-admitted), records this node's demand,
-// and answers with the global state. Scripts Redis has lost are sent again
-// (one more round trip, only then).
+// spent and not yet applied (into debt where the fleet over-admitted),
+// records this node's demand, and answers with the global state. Scripts
+// Redis has lost are sent again (one more round trip, only then).
+//
+// Reports of one key must come in the order of their epochs (a window's
+// counter for the previous window before the current one's).
 //
 // round.Answers is reused. Reconcile returns an error when the heartbeat or
 // every report failed; when only some keys failed, their Answer.Err says so.
@@ -171,16 +186,17 @@ func reconcilable(r Report) error {
 	return limit.CheckKey(r.Key)
 }
 
-// reconcileArgs returns one report's five script arguments.
+// reconcileArgs returns one report's eight script arguments.
 func reconcileArgs(r Report) []any {
-	spent, demand := max(r.Spent, 0), max(r.Demand, 0)
+	total, demand := max(r.Total, 0), max(r.Demand, 0)
+	acked := min(max(r.Acked, 0), total)
 	switch r.Limit.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), spent, demand}
+		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), total, 0, r.Epoch, demand, acked}
 	case limit.SlidingWindowCounter:
-		return []any{2, int64(r.Limit.Period / time.Microsecond), spent, r.Window, demand}
+		return []any{2, int64(r.Limit.Period / time.Microsecond), 0, total, r.Window, r.Epoch, demand, acked}
 	default:
-		return []any{1, int64(r.Limit.Period / time.Microsecond), spent, r.Window, demand}
+		return []any{1, int64(r.Limit.Period / time.Microsecond), 0, total, r.Window, r.Epoch, demand, acked}
 	}
 }
 

@@ -122,7 +122,7 @@ func TestNoScriptRecovery(t *testing.T) {
 
 			lose.do()
 			var r Round
-			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 1}}, &r))
+			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1, Demand: 1}}, &r))
 			require.Len(t, r.Answers, 1)
 			assert.NoError(t, r.Answers[0].Err)
 			assert.Equal(t, 1, r.Nodes)
@@ -157,7 +157,7 @@ func TestFaultsAreTypedErrors(t *testing.T) {
 			require.ErrorAs(t, err, &e)
 			assert.Equal(t, theirs.key, e.Key)
 			var r Round
-			_ = s.Reconcile(bg, []Report{{Key: theirs.key, Limit: theirs.lim, Spent: 1}, {Key: "ours", Limit: lim, Spent: 1}}, &r)
+			_ = s.Reconcile(bg, []Report{{Key: theirs.key, Limit: theirs.lim, Epoch: 1, Total: 1}, {Key: "ours", Limit: lim, Epoch: 1, Total: 1}}, &r)
 			assert.ErrorIs(t, r.Answers[0].Err, ErrWrongType, theirs.key)
 			assert.NoError(t, r.Answers[1].Err, "one key's fault does not fail the others")
 		}
@@ -186,7 +186,7 @@ func TestFaultsAreTypedErrors(t *testing.T) {
 		_, err := s.AllowN(bg, "k", lim, 1)
 		assert.ErrorIs(t, err, ErrUnavailable)
 		var r Round
-		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1}}, &r), ErrUnavailable)
+		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1}}, &r), ErrUnavailable)
 	})
 
 	t.Run("timeout", func(t *testing.T) {
@@ -225,7 +225,7 @@ func TestFaultsAreTypedErrors(t *testing.T) {
 		_, err := s.AllowN(bg, "k", lim, 1)
 		assert.ErrorIs(t, err, ErrBadReply)
 		var r Round
-		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1}}, &r), ErrBadReply)
+		assert.ErrorIs(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1}}, &r), ErrBadReply)
 	})
 
 	t.Run("caller errors are not redis errors", func(t *testing.T) {
@@ -280,7 +280,7 @@ func TestReconcileCarriesDebt(t *testing.T) {
 	lim := limit.Per(10, time.Hour) // nothing refills during the test
 	var r Round
 	// The fleet admitted 15 of a burst of 10: 5 in debt.
-	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 15, Demand: 1}}, &r))
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 15, Demand: 1}}, &r))
 	a := r.Answers[0]
 	require.NoError(t, a.Err)
 	ahead := a.State.TAT - a.Now
@@ -291,8 +291,54 @@ func TestReconcileCarriesDebt(t *testing.T) {
 	assert.Equal(t, int64(0), d.Remaining)
 
 	// Debt is capped at one more burst.
-	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1000}}, &r))
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1015}}, &r))
 	assert.InDelta(t, float64(2*lim.Tolerance()), float64(r.Answers[0].State.TAT-r.Answers[0].Now), float64(time.Second))
+}
+
+// TestReconcileIsIdempotent: a report sent twice, or an old one late, is
+// applied once; a new epoch starts afresh; the previous epoch is still known.
+func TestReconcileIsIdempotent(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := New(srv.Client(t), Options{Node: "n"})
+	lim := limit.Per(100, time.Hour)
+	remaining := func() int64 {
+		d, err := s.AllowN(bg, "k", lim, 0)
+		require.NoError(t, err)
+		return d.Remaining
+	}
+	send := func(epoch, total int64) {
+		var r Round
+		require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: epoch, Total: total}}, &r))
+		require.NoError(t, r.Answers[0].Err)
+	}
+	steps := []struct {
+		epoch, total int64
+		remaining    int64
+		why          string
+	}{
+		{10, 5, 95, "a first report applies its total"},
+		{10, 5, 95, "the same report again: nothing"},
+		{10, 8, 92, "a larger total in the same epoch: the difference"},
+		{10, 6, 92, "a smaller total (an old report, late): nothing"},
+		{20, 4, 88, "a new epoch: its whole total"},
+		{10, 9, 87, "the previous epoch is still known: its difference"},
+		{10, 9, 87, "... once"},
+		{5, 50, 87, "an epoch older than both kept: stale, ignored"},
+		{30, 1, 86, "a third epoch pushes the first out"},
+		{10, 12, 86, "which is then ignored"},
+	}
+	for _, st := range steps {
+		send(st.epoch, st.total)
+		assert.Equal(t, st.remaining, remaining(), st.why)
+	}
+
+	// A node Redis forgot (silent longer than the active window, or a
+	// Redis that lost its data) is charged only what it was never told was
+	// applied.
+	srv.Flush()
+	var r Round
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 30, Total: 9, Acked: 1}}, &r))
+	assert.Equal(t, int64(92), remaining(), "9 spent, 1 of which Redis had acknowledged before it lost it")
 }
 
 func TestReconcileTracksNodesAndDemand(t *testing.T) {
@@ -302,8 +348,8 @@ func TestReconcileTracksNodesAndDemand(t *testing.T) {
 	a, _ := New(c, Options{Node: "a", ActiveWindow: 400 * time.Millisecond})
 	b, _ := New(c, Options{Node: "b", ActiveWindow: 400 * time.Millisecond})
 	var ra, rb Round
-	require.NoError(t, a.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 90}}, &ra))
-	require.NoError(t, b.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 1, Demand: 10}}, &rb))
+	require.NoError(t, a.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1, Demand: 90}}, &ra))
+	require.NoError(t, b.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 1, Demand: 10}}, &rb))
 	assert.Equal(t, 2, rb.Answers[0].Nodes)
 	assert.Equal(t, 2, rb.Nodes, "the fleet has two nodes")
 	assert.InDelta(t, 100, rb.Answers[0].Total, 1e-9)
@@ -333,12 +379,13 @@ func TestReconcileWindows(t *testing.T) {
 				time.Sleep(left + 10*time.Millisecond)
 			}
 			var r Round
-			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Spent: 0}}, &r))
+			require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1}}, &r))
 			w := r.Answers[0].State.Window
+			// A counter per window, in the order of their epochs.
 			require.NoError(t, s.Reconcile(bg, []Report{
-				{Key: "k", Limit: lim, Spent: 7, Window: w},
-				{Key: "k", Limit: lim, Spent: 5, Window: w - 1},
-				{Key: "k", Limit: lim, Spent: 3, Window: w - 2},
+				{Key: "k", Limit: lim, Epoch: 2, Total: 3, Window: w - 2},
+				{Key: "k", Limit: lim, Epoch: 3, Total: 5, Window: w - 1},
+				{Key: "k", Limit: lim, Epoch: 4, Total: 7, Window: w},
 			}, &r))
 			st := r.Answers[2].State
 			require.Equal(t, w, st.Window, "still the same window")
@@ -351,7 +398,7 @@ func TestReconcileWindows(t *testing.T) {
 		})
 	}
 	var r Round
-	err := s.Reconcile(bg, []Report{{Key: "k", Limit: limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowLog), Spent: 1}}, &r)
+	err := s.Reconcile(bg, []Report{{Key: "k", Limit: limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowLog), Epoch: 1, Total: 1}}, &r)
 	assert.ErrorIs(t, err, ErrNotReconcilable)
 }
 
@@ -385,7 +432,7 @@ func (c *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 func reports(n int, lim limit.Limit) []Report {
 	rs := make([]Report, n)
 	for i := range rs {
-		rs[i] = Report{Key: fmt.Sprintf("user:%d", i), Limit: lim, Spent: 1, Demand: 1}
+		rs[i] = Report{Key: fmt.Sprintf("user:%d", i), Limit: lim, Epoch: 1, Total: 1, Demand: 1}
 	}
 	return rs
 }

@@ -59,20 +59,37 @@ func TestShare(t *testing.T) {
 	assert.InDelta(t, 1, sum, 0.001)
 }
 
-func TestPendingMergesAndIsBounded(t *testing.T) {
-	p := newPending(2)
+func TestCountersAreRunningTotals(t *testing.T) {
+	cs := newCounters(2)
 	lim := limit.PerSecond(10)
 	win := lim.WithAlgorithm(limit.FixedWindow)
-	assert.Zero(t, p.add(local.Spend{Key: "a", Limit: lim, Spent: 1, Hits: 2}))
-	assert.Zero(t, p.add(local.Spend{Key: "a", Limit: lim, Spent: 3, Hits: 3}))
-	assert.Zero(t, p.add(local.Spend{Key: "w", Limit: win, Spent: 1, Window: 7}))
-	assert.Equal(t, int64(5), p.add(local.Spend{Key: "w", Limit: win, Spent: 5, Window: 8}), "a third state does not fit: its weight is lost, and said so")
-	assert.Equal(t, 2, p.len())
-	var got []local.Spend
-	p.each(func(s *local.Spend) { got = append(got, *s) })
-	assert.Equal(t, []local.Spend{{Key: "a", Limit: lim, Spent: 4, Hits: 5}, {Key: "w", Limit: win, Spent: 1, Window: 7}}, got)
-	p.reset()
-	assert.Zero(t, p.len())
+	now := time.Unix(1_800_000_000, 0)
+	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 1, Hits: 2}, now))
+	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 3, Hits: 3}, now))
+	assert.Zero(t, cs.add(local.Spend{Key: "w", Limit: win, Spent: 1, Window: 7}, now))
+	assert.Equal(t, int64(5), cs.add(local.Spend{Key: "w", Limit: win, Spent: 5, Window: 8}, now), "a third counter does not fit: its weight is lost, and said so")
+
+	due := cs.due(nil)
+	require.Len(t, due, 2)
+	assert.Less(t, due[0].epoch, due[1].epoch, "in the order of their epochs")
+	a := due[0]
+	assert.Equal(t, spendKey{key: "a", lim: lim}, a.spendKey)
+	assert.Equal(t, int64(4), a.total)
+	assert.Equal(t, int64(5), a.hits)
+	assert.GreaterOrEqual(t, a.epoch, now.UnixMicro(), "epochs start from the clock, so they grow across restarts")
+
+	cs.ack(a, 4, 5, now)
+	assert.Len(t, cs.due(nil), 1, "acknowledged: nothing due")
+	cs.add(local.Spend{Key: "a", Limit: lim, Spent: 2, Hits: 2}, now)
+	assert.Equal(t, int64(6), cs.due(nil)[0].total, "the total keeps running: reports are idempotent")
+
+	// Forgetting: an acknowledged idle key, and windows no algorithm weighs.
+	cs.ack(a, 6, 2, now)
+	cs.forget(now.Add(time.Second), 2*time.Second, 8*int64(time.Second)) // Redis in window 8: 7 is still the previous
+	assert.Len(t, cs.m, 2, "not idle long enough")
+	cs.forget(now.Add(3*time.Second), 2*time.Second, 9*int64(time.Second)+1)
+	assert.Empty(t, cs.m, "a idle and acknowledged; window 7 older than the previous one at window 9")
+	assert.Zero(t, cs.unacked())
 }
 
 // fixture is a reconciler on a real Redis, driven round by round.
@@ -122,7 +139,7 @@ func TestRoundReportsAndSeeds(t *testing.T) {
 	other, err := remote.New(f.store.Client(), remote.Options{Node: "other"})
 	require.NoError(t, err)
 	var r remote.Round
-	require.NoError(t, other.Reconcile(bg, []remote.Report{{Key: "k", Limit: lim, Spent: 50, Demand: 1}}, &r))
+	require.NoError(t, other.Reconcile(bg, []remote.Report{{Key: "k", Limit: lim, Epoch: 1, Total: 50, Demand: 1}}, &r))
 	require.True(t, f.allow(t, "k", lim, 1))
 	require.NoError(t, f.r.Round(bg))
 	res, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 0)

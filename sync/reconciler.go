@@ -6,9 +6,13 @@
 // the global state that came back, in this node's share of the limit: its
 // demand over the demand of all the key's active nodes.
 //
-// Spend a round could not send is kept for the next, merged per key and
-// bounded in memory; if the bound is ever hit, the weight dropped is counted
-// in Stats.LostSpend and logged, never silently.
+// Reports are idempotent: the node counts, per key, all it spent since the
+// counter began, and Redis applies only what it has not applied before. A
+// round whose answer never came (a timeout, a paused Redis) may well have
+// reached Redis; the next round sends the same totals again and nothing is
+// counted twice. The counters are bounded in memory; if the bound is ever
+// hit, the weight dropped is counted in Stats.LostSpend and logged, never
+// silently.
 package reconcile
 
 import (
@@ -50,9 +54,14 @@ type Config struct {
 	// breaker's timeout, at least 5 intervals and at least 250 ms: a round
 	// carries a whole batch, a decision one key.
 	RoundTimeout time.Duration
-	// MaxPending bounds the distinct keys whose spend is kept while Redis is
-	// unreachable. Zero means 1,048,576.
+	// MaxPending bounds the keys the reconciler keeps a running total for:
+	// the keys spent on recently, and all whose spend Redis has not
+	// acknowledged yet (while it is unreachable). Zero means 1,048,576.
 	MaxPending int
+	// ActiveWindow is Redis's active window (remote.Options.ActiveWindow):
+	// an acknowledged key idle for half of it is forgotten, well before
+	// Redis forgets this node's totals for it. Zero means 10 s.
+	ActiveWindow time.Duration
 	// FleetSize is a configured number of nodes (0: none). It takes priority
 	// over the nodes seen in Redis when new keys and degraded mode divide the
 	// limit.
@@ -88,13 +97,13 @@ type Reconciler struct {
 	deps Deps
 	log  *slog.Logger
 
-	mu          sync.Mutex // one round at a time; guards the fields below
-	pending     *pending
-	taken       []local.Spend
-	reports     []remote.Report // reused while calls return; see runRound
-	round       *remote.Round
-	lastSuccess time.Time
-	rounds      int
+	mu       sync.Mutex // one round at a time; guards the fields below
+	counters *counters
+	taken    []local.Spend
+	due      []*counter
+	reports  []remote.Report // reused while calls return; see runRound
+	round    *remote.Round
+	rounds   int
 
 	stats struct {
 		rounds, errors, keys, lost atomic.Uint64
@@ -127,11 +136,14 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
+	if cfg.ActiveWindow <= 0 {
+		cfg.ActiveWindow = remote.DefaultActiveWindow
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, deps: deps, log: log, pending: newPending(cfg.MaxPending), round: new(remote.Round), lastSuccess: deps.Clock.Now()}
+	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round)}
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
 	return r, nil
 }
@@ -178,22 +190,25 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.deps.Engine
+	start := r.deps.Clock.Now()
 	r.taken = e.TakeSpend(r.taken[:0])
 	lost := int64(0)
 	for _, s := range r.taken {
-		lost += r.pending.add(s)
+		lost += r.counters.add(s, start)
 	}
 	clear(r.taken) // drop the key strings for the GC
 	if lost > 0 {
-		r.lose(lost, "the buffer of unreported spend is full", "max_pending", r.cfg.MaxPending)
+		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
 	}
 
-	start := r.deps.Clock.Now()
-	seconds := max(start.Sub(r.lastSuccess).Seconds(), r.cfg.Interval.Seconds())
+	clear(r.due)
+	r.due = r.counters.due(r.due[:0])
 	r.reports = r.reports[:0]
-	r.pending.each(func(s *local.Spend) {
-		r.reports = append(r.reports, remote.Report{Key: s.Key, Limit: s.Limit, Spent: s.Spent, Window: s.Window, Demand: float64(s.Hits) / seconds})
-	})
+	for _, c := range r.due {
+		seconds := max(start.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
+		r.reports = append(r.reports, remote.Report{Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
+			Total: c.total, Acked: c.acked, Demand: float64(c.hits) / seconds})
+	}
 	info := RoundInfo{Keys: len(r.reports)}
 
 	reports, round := r.reports, r.round
@@ -203,7 +218,8 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
 		// The breaker may have stopped waiting (a timeout, the caller's
 		// context) while the call still runs and reads these buffers: they
-		// are the call's now; the next round gets new ones.
+		// are the call's now; the next round gets new ones. Whether it
+		// reached Redis or not, the next round reports the same totals.
 		r.reports, r.round = nil, new(remote.Round)
 	}
 	received := r.deps.Clock.Now()
@@ -212,7 +228,7 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	r.stats.rounds.Add(1)
 	if err != nil {
 		r.stats.errors.Add(1)
-		r.stats.pending.Store(int64(r.pending.len()))
+		r.stats.pending.Store(int64(r.counters.unacked()))
 		info.Err = err
 		return info, err
 	}
@@ -222,30 +238,23 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	info.Nodes = round.Nodes
 	r.stats.nodes.Store(int64(round.Nodes))
 	now := r.deps.Offset.Map(received)
-	var retry []local.Spend
 	for i, a := range round.Answers {
-		rep := reports[i]
+		c, rep := r.due[i], reports[i]
 		if a.Err != nil {
 			if remote.IsKeyFault(a.Err) || !errors.As(a.Err, new(*remote.Error)) {
 				// Redis refuses this key for good (someone else's value, a
 				// limit it cannot take): keeping it would only grow.
-				r.lose(rep.Spent, "redis refused the key", "key", rep.Key, "err", a.Err)
-				continue
+				r.lose(r.counters.drop(c), "redis refused the key", "key", rep.Key, "err", a.Err)
 			}
-			retry = append(retry, local.Spend{Key: rep.Key, Limit: rep.Limit, Spent: rep.Spent, Window: rep.Window,
-				Hits: int64(rep.Demand * seconds)})
-			continue
+			continue // kept: the next round reports the same total again
 		}
+		r.counters.ack(c, rep.Total, c.hits, start) // counters change only in rounds: c still holds what was sent
 		share := Share(a.Demand, a.Total, a.Nodes)
 		_ = e.Seed(now, rep.Key, rep.Limit, a.State, share, a.Nodes) // validated when it was decided
 	}
 	r.stats.keys.Add(uint64(len(reports)))
-	r.pending.reset()
-	for _, s := range retry {
-		r.pending.add(s)
-	}
-	r.stats.pending.Store(int64(r.pending.len()))
-	r.lastSuccess = start
+	r.counters.forget(received, r.cfg.ActiveWindow/2, now)
+	r.stats.pending.Store(int64(r.counters.unacked()))
 	if r.rounds++; r.rounds%sweepEvery == 0 {
 		e.Sweep(now, sweepPerShard)
 	}
@@ -278,7 +287,7 @@ type Stats struct {
 	Rounds, RoundErrors uint64        // rounds run, and those that failed
 	KeysSent            uint64        // reports sent in successful rounds
 	LostSpend           uint64        // weight dropped: buffer full, or a key Redis refuses
-	Pending             int           // keys of spend waiting for the next round
+	Pending             int           // keys with spend Redis has not acknowledged
 	Nodes               int           // nodes active in the fleet at the last round
 	LastRound           time.Duration // the last round's duration
 }

@@ -4,12 +4,26 @@
 --
 -- KEYS     one hash per key: the state fields of gcra.lua or window.lua,
 --          x = the ms at which the key expires, and per node that reports on
---          the key s:<node> = server µs of its last report and d:<node> = its
---          demand, requests per second.
--- ARGV     node, active window µs, keep ms, then per key five values:
+--          the key s:<node> = server µs of its last report, d:<node> = its
+--          demand (requests per second), and the epochs and totals below.
+-- ARGV     node, active window µs, keep ms, then per key eight values:
 --          kind (0 bucket, 1 fixed window, 2 sliding window counter),
---          then for a bucket: interval ns, tolerance ns, spent, demand;
---          for a window: period µs, spent, the spend's window, demand.
+--          interval ns (bucket) or period µs (window), tolerance ns (bucket,
+--          else 0), the node's total spend on the key in this epoch, the
+--          window it was spent in (windows), the epoch, the demand, and the
+--          part of the total Redis has acknowledged to the node.
+--
+-- Reports are idempotent. A node reports the total it spent on a key since
+-- the counter's epoch began, never a difference, and the hash remembers per
+-- node the totals it applied for the node's two latest epochs (ea/ca and
+-- eb/cb): only what exceeds them is applied. A report sent twice (a round
+-- the client stopped waiting for did reach Redis, and was sent again), or
+-- arriving late after a newer one, changes nothing. Epochs grow: a node
+-- starts a new one when it starts counting a key afresh, so an epoch older
+-- than both kept is stale and ignored. When the hash has no record of an
+-- epoch (a new counter, or a node silent long enough to be forgotten, or a
+-- Redis that lost its data), only what the node was never told was applied
+-- is: the total less the acknowledged part.
 --
 -- A bucket's TAT refills by time, moves ahead by what was spent, and may run
 -- up to one more tolerance past a full bucket: that debt is what the fleet
@@ -20,7 +34,10 @@
 -- counter still weighs); older spend no longer matters.
 --
 -- A node's demand is smoothed 1:1 with its previous report while that is
--- fresh; nodes silent for longer than the active window are forgotten.
+-- fresh. A node silent for longer than the active window no longer counts
+-- as active (its demand is dropped); its totals are kept for 60 active
+-- windows, since a node that fell silent is more often cut off than gone,
+-- and only then is it forgotten, so departed nodes do not pile up in a key.
 --
 -- Each key is read whole, then written once: a key that fails has changed
 -- nothing, so its spend may be sent again safely.
@@ -51,6 +68,34 @@ end
 
 local me = 's:' .. node
 local md = 'd:' .. node
+local ea, ca, eb, cb = 'ea:' .. node, 'ca:' .. node, 'eb:' .. node, 'cb:' .. node
+
+-- applied returns how much of a report's total the hash has not applied
+-- yet, and adds the fields that record it to the write w.
+local function applied(f, w, epoch, total, acked)
+  local n = #w
+  local lastEpoch, lastTotal = tonumber(f[ea]), tonumber(f[ca]) or 0
+  if lastEpoch == nil or epoch > lastEpoch then
+    if lastEpoch then -- the latest epoch becomes the previous one
+      w[n + 1], w[n + 2], w[n + 3], w[n + 4] = eb, lastEpoch, cb, lastTotal
+      n = n + 4
+    end
+    w[n + 1], w[n + 2], w[n + 3], w[n + 4] = ea, epoch, ca, total
+    return math.max(total - acked, 0)
+  elseif epoch == lastEpoch then
+    if total > lastTotal then
+      w[n + 1], w[n + 2] = ca, total
+      return total - lastTotal
+    end
+    return 0
+  end
+  local prevEpoch, prevTotal = tonumber(f[eb]), tonumber(f[cb]) or 0
+  if prevEpoch and epoch == prevEpoch and total > prevTotal then
+    w[n + 1], w[n + 2] = cb, total
+    return total - prevTotal
+  end
+  return 0 -- a duplicate, or older than both epochs kept
+end
 
 -- track records this node's demand in the hash's fields f, adds the node
 -- fields to the write w, and returns the active node count, their total
@@ -65,11 +110,15 @@ local function track(f, w, demand)
   for k, v in pairs(f) do
     if string.byte(k, 1) == 115 and string.byte(k, 2) == 58 then -- "s:"
       local id = string.sub(k, 3)
-      if now - (tonumber(v) or 0) <= active then
+      local silent = now - (tonumber(v) or 0)
+      if silent <= active then
         count = count + 1
         total = total + (tonumber(f['d:' .. id]) or 0)
-      else
-        stale[#stale + 1] = k
+      elseif silent > 60 * active then
+        for _, p in ipairs({'s:', 'd:', 'ea:', 'ca:', 'eb:', 'cb:'}) do
+          stale[#stale + 1] = p .. id
+        end
+      elseif f['d:' .. id] then
         stale[#stale + 1] = 'd:' .. id
       end
     end
@@ -90,7 +139,8 @@ local function bucket(f, w, interval, tau, spent)
   end
   level = level + spent * interval
   if level > 2 * tau then level = 2 * tau end
-  w[1], w[2], w[3], w[4] = 't', now, 'l', level
+  local n = #w
+  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = 't', now, 'l', level
   return level, 0, 0, math.floor(now / 1000) + math.ceil(level / 1000000)
 end
 
@@ -111,13 +161,15 @@ local function window(f, w, period, spent, sw, sliding)
   elseif sw == cur - 1 and sliding then
     p = p + spent
   end
-  w[1], w[2], w[3], w[4], w[5], w[6] = 'w', cur, 'c', c, 'p', p
+  local n = #w
+  w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6] = 'w', cur, 'c', c, 'p', p
   return cur, c, p, math.ceil((cur + 2) * period / 1000)
 end
 
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local a = 3 + (i - 1) * 5
+  local a = 3 + (i - 1) * 8
+  local kind = ARGV[a + 1]
   local h = redis.pcall('HGETALL', key)
   if iserr(h) then
     failed(h)
@@ -125,13 +177,14 @@ for i = 1, #KEYS do
     local f = {}
     for j = 1, #h, 2 do f[h[j]] = h[j + 1] end
     local w = {}
+    local spent = applied(f, w, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 8]))
     local x, y, z, until_ms
-    if tonumber(ARGV[a + 1]) == 0 then
-      x, y, z, until_ms = bucket(f, w, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
+    if kind == '0' then
+      x, y, z, until_ms = bucket(f, w, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), spent)
     else
-      x, y, z, until_ms = window(f, w, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 1] == '2')
+      x, y, z, until_ms = window(f, w, tonumber(ARGV[a + 2]), spent, tonumber(ARGV[a + 5]), kind == '2')
     end
-    local count, total, mine, stale = track(f, w, tonumber(ARGV[a + 5]))
+    local count, total, mine, stale = track(f, w, tonumber(ARGV[a + 7]))
     -- The key must outlive its state and its nodes' activity.
     local need = math.max(until_ms, math.floor(now / 1000) + math.ceil(active / 1000)) + keep
     local expire = (tonumber(f.x) or 0) < need
