@@ -1,0 +1,348 @@
+package hybridlimit_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
+	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/remote"
+)
+
+// The chaos suite: whole fleets against private redis-server processes (and
+// a real Cluster), with faults caused for real: processes killed, stopped,
+// restarted and flushed, and a TCP proxy adding latency or resetting
+// connections. In every scenario:
+//
+//  1. no Allow returns an error;
+//  2. no decision waits on Redis: in Async mode none takes longer than
+//     asyncHang, in Sync mode none longer than the Redis timeout (plus
+//     scheduling slack);
+//  3. what the fleet admits while degraded, and over the whole run, stays
+//     within the documented bound of the global limit;
+//  4. the breaker closes after Redis returns;
+//  5. what was spent while Redis was unreachable is in Redis afterwards;
+//  6. no goroutine leaks (goleak, in TestMain).
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // go-redis logs every dial the outages fail
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+const (
+	chaosNodes    = 3
+	chaosRate     = 300
+	chaosBurst    = 30
+	chaosInterval = 10 * time.Millisecond
+	redisTimeout  = 50 * time.Millisecond
+	faultAt       = 2 * time.Second
+	healAt        = 5 * time.Second
+	runFor        = 7 * time.Second
+	// asyncHang is the generous bound that tells a decision from memory from
+	// one that waited on Redis (whose calls time out at 50 ms, and whose
+	// client reads time out at 200 ms).
+	asyncHang = 20 * time.Millisecond
+	// syncSlack is the scheduling a goroutine may wait for on a loaded
+	// machine on top of the Redis timeout.
+	syncSlack = 20 * time.Millisecond
+	// rtt is a generous round trip for the bound.
+	rtt = 10 * time.Millisecond
+)
+
+var (
+	// load is the binding limit the fleet is offered twice of.
+	load = hybrid.PerSecond(chaosRate).WithBurst(chaosBurst)
+	// audit counts every request: a burst no run exhausts, refilling less
+	// than a token per run, so what Redis holds is what was reported.
+	audit = hybrid.Per(10_000, 120*time.Hour)
+)
+
+// env is what a scenario's faults act on.
+type env struct {
+	srv     *redistest.Server  // single node scenarios
+	cluster *redistest.Cluster // cluster scenario
+	victim  *redistest.Server  // the cluster master that is killed
+	proxy   *faultproxy.Proxy  // between the nodes and srv, when used
+	direct  redis.UniversalClient
+	prefix  string
+}
+
+type scenario struct {
+	name    string
+	mode    hybrid.Mode
+	cluster bool
+	proxy   bool
+	args    []string
+	// degrades says whether the fault should degrade the fleet at all.
+	degrades bool
+	// wipes says whether the fault loses what Redis held (a kill, an empty
+	// restart): then only the spend made after it is counted.
+	wipes  bool
+	inject func(t *testing.T, e *env)
+	heal   func(t *testing.T, e *env)
+}
+
+var scenarios = []scenario{
+	{name: "kill -9 under load", degrades: true, wipes: true,
+		inject: func(_ *testing.T, e *env) { e.srv.Kill() },
+		heal:   func(_ *testing.T, e *env) { e.srv.Restart() }},
+	{name: "kill -9 under load, sync", mode: hybrid.Sync, degrades: true, wipes: true,
+		inject: func(_ *testing.T, e *env) { e.srv.Kill() },
+		heal:   func(_ *testing.T, e *env) { e.srv.Restart() }},
+	{name: "SIGSTOP 3 s then SIGCONT", degrades: true,
+		inject: func(_ *testing.T, e *env) { e.srv.Pause() },
+		heal:   func(_ *testing.T, e *env) { e.srv.Resume() }},
+	{name: "SIGSTOP 3 s then SIGCONT, sync", mode: hybrid.Sync, degrades: true,
+		inject: func(_ *testing.T, e *env) { e.srv.Pause() },
+		heal:   func(_ *testing.T, e *env) { e.srv.Resume() }},
+	{name: "restart empty", wipes: true,
+		inject: func(_ *testing.T, e *env) { e.srv.Restart() },
+		heal:   func(*testing.T, *env) {}},
+	{name: "200 ms of added latency", proxy: true, degrades: true,
+		inject: func(t *testing.T, e *env) { e.proxy.Latency(t, 200*time.Millisecond) },
+		heal:   func(_ *testing.T, e *env) { e.proxy.Clear() }},
+	{name: "200 ms of added latency, sync", mode: hybrid.Sync, proxy: true, degrades: true,
+		inject: func(t *testing.T, e *env) { e.proxy.Latency(t, 200*time.Millisecond) },
+		heal:   func(_ *testing.T, e *env) { e.proxy.Clear() }},
+	{name: "connection resets", proxy: true, degrades: true,
+		inject: func(t *testing.T, e *env) { e.proxy.ResetPeers(t) },
+		heal:   func(_ *testing.T, e *env) { e.proxy.Clear() }},
+	{name: "SCRIPT FLUSH",
+		inject: func(t *testing.T, e *env) {
+			for range 3 {
+				_, err := e.srv.Do("SCRIPT", "FLUSH")
+				require.NoError(t, err)
+				time.Sleep(300 * time.Millisecond)
+			}
+		},
+		heal: func(*testing.T, *env) {}},
+	{name: "maxmemory reached", degrades: true, args: []string{"--maxmemory-policy", "noeviction"},
+		inject: func(t *testing.T, e *env) {
+			_, err := e.srv.Do("CONFIG", "SET", "maxmemory", "1")
+			require.NoError(t, err)
+		},
+		heal: func(t *testing.T, e *env) {
+			_, err := e.srv.Do("CONFIG", "SET", "maxmemory", "0")
+			require.NoError(t, err)
+		}},
+	{name: "a Cluster master killed", cluster: true, degrades: true, wipes: true,
+		inject: func(_ *testing.T, e *env) { e.victim.Kill() },
+		heal: func(t *testing.T, e *env) {
+			e.victim.Restart()
+			e.cluster.WaitHealthy(t)
+		}},
+}
+
+// node is a fleet node that also spends every request on the audit key, and
+// keeps the slowest decision it made.
+type node struct {
+	l       *hybrid.Limiter
+	slowest atomic.Int64
+}
+
+func (n *node) AllowN(ctx context.Context, key string, lim hybrid.Limit, k int64) (hybrid.Decision, error) {
+	var d hybrid.Decision
+	for _, step := range []struct {
+		key string
+		lim hybrid.Limit
+	}{{"audit", audit}, {key, lim}} {
+		start := time.Now()
+		got, err := n.l.AllowN(ctx, step.key, step.lim, k)
+		took := int64(time.Since(start))
+		for s := n.slowest.Load(); took > s && !n.slowest.CompareAndSwap(s, took); s = n.slowest.Load() {
+		}
+		if err != nil {
+			return got, err
+		}
+		d = got
+	}
+	return d, nil
+}
+
+func clientOpts(o *redis.Options) {
+	o.MaxRetries = -1
+	o.DialTimeout = 200 * time.Millisecond
+	o.ReadTimeout = 200 * time.Millisecond
+	o.WriteTimeout = 200 * time.Millisecond
+	o.PoolTimeout = 200 * time.Millisecond
+}
+
+func clusterOpts(o *redis.ClusterOptions) {
+	o.MaxRetries = -1
+	o.MaxRedirects = 1
+	o.DialTimeout = 200 * time.Millisecond
+	o.ReadTimeout = 200 * time.Millisecond
+	o.WriteTimeout = 200 * time.Millisecond
+	o.PoolTimeout = 200 * time.Millisecond
+}
+
+func TestChaos(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			runScenario(t, sc)
+		})
+	}
+}
+
+func runScenario(t *testing.T, sc scenario) {
+	e := &env{prefix: "chaos:"}
+	var nodeClient func() redis.UniversalClient
+	switch {
+	case sc.cluster:
+		e.cluster = redistest.StartCluster(t, 3)
+		e.direct = e.cluster.Client(t, clusterOpts)
+		nodeClient = func() redis.UniversalClient { return e.cluster.Client(t, clusterOpts) }
+		e.victim = e.cluster.MasterFor("chaos:tb:{load}")
+	default:
+		e.srv = redistest.Start(t, redistest.WithArgs(sc.args...))
+		e.direct = e.srv.Client(t, clientOpts)
+		addr := e.srv.Addr()
+		if sc.proxy {
+			e.proxy = faultproxy.Start(t, addr)
+			addr = e.proxy.Addr()
+		}
+		nodeClient = func() redis.UniversalClient {
+			o := &redis.Options{Addr: addr}
+			clientOpts(o) // before NewClient: go-redis normalises options when it builds the client
+			c := redis.NewClient(o)
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+	}
+
+	nodes := make([]*node, chaosNodes)
+	deciders := make([]fleetsim.Decider, chaosNodes)
+	for i := range nodes {
+		l, err := hybrid.New(hybrid.Config{
+			Redis: nodeClient(), Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval,
+			RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond, Node: fmt.Sprintf("n%d", i),
+		})
+		require.NoError(t, err)
+		nodes[i] = &node{l: l}
+		deciders[i] = nodes[i]
+	}
+
+	// The load runs on its own goroutine; the faults on the test's, since
+	// causing them may fail the test.
+	type driven struct {
+		tl  *fleetsim.Timeline
+		err error
+	}
+	done := make(chan driven, 1)
+	start := time.Now()
+	go func() {
+		tl, err := fleetsim.Drive(context.Background(), deciders, fleetsim.Run{Key: "load", Limit: load, Duration: runFor},
+			fleetsim.Load{Rate: 2 * chaosRate})
+		done <- driven{tl, err}
+	}()
+	time.Sleep(time.Until(start.Add(faultAt)))
+	sc.inject(t, e)
+	time.Sleep(time.Until(start.Add(healAt)))
+	sc.heal(t, e)
+	r := <-done
+	require.NoError(t, r.err)
+	tl := r.tl
+
+	// 1. No Allow returned an error.
+	assert.NoError(t, tl.FirstError)
+
+	// 2. Nobody waited on Redis.
+	hang := asyncHang
+	if sc.mode == hybrid.Sync {
+		hang = redisTimeout + syncSlack
+	}
+	for i, n := range nodes {
+		slowest := time.Duration(n.slowest.Load())
+		assert.LessOrEqual(t, slowest, hang, "node %d: a decision took %v", i, slowest)
+	}
+
+	// 3. Within the bound, while degraded and over the run. A wiped Redis
+	// forgot the spend before the fault: one more burst may pass again.
+	total := tl.Total()
+	extra := 0.0
+	if sc.wipes {
+		extra = chaosBurst
+	}
+	whole := fleetsim.AsyncBound(chaosRate, chaosBurst, chaosInterval, rtt, chaosNodes, runFor) + extra
+	assert.LessOrEqual(t, float64(total.Admitted), whole, "over the run")
+	outage := fleetsim.AsyncBound(chaosRate, chaosBurst, chaosInterval, rtt, chaosNodes, healAt-faultAt) + extra
+	during := tl.Admitted(faultAt, healAt)
+	assert.LessOrEqual(t, float64(during), outage, "during the fault")
+	degraded := total.Sources[hybrid.Degraded]
+	if sc.degrades {
+		assert.Positive(t, degraded, "the fault degraded the fleet")
+	}
+	t.Logf("admitted %d of %d offered (bound %.0f); during the fault %d (bound %.0f); degraded decisions %d; slowest %v",
+		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes))
+
+	// 4. The breaker closes after Redis returns.
+	for i, n := range nodes {
+		assert.Eventually(t, func() bool { return !n.l.Degraded() && n.l.Stats().Breaker.String() == "closed" },
+			15*time.Second, 20*time.Millisecond, "node %d recovers", i)
+	}
+
+	// 5. The spend is in Redis: flush every node, then read the audit key.
+	for i, n := range nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		assert.NoError(t, n.l.Close(ctx), "node %d flushes", i)
+		cancel()
+		assert.Zero(t, n.l.Stats().Reconcile.LostSpend, "node %d lost no spend", i)
+	}
+	st, err := remote.New(e.direct, remote.Options{Prefix: e.prefix})
+	require.NoError(t, err)
+	d, err := st.AllowN(context.Background(), "audit", audit, 0)
+	require.NoError(t, err)
+	consumed := audit.Capacity() - d.Remaining
+	requests := int64(total.Offered)
+	if sc.wipes {
+		after := int64(0)
+		for _, b := range tl.Fleet() {
+			if b.Start >= healAt {
+				after += int64(b.Offered)
+			}
+		}
+		assert.GreaterOrEqual(t, consumed, after, "at least the spend after Redis came back")
+		assert.LessOrEqual(t, consumed, requests)
+		if sc.degrades {
+			outageSpend := int64(tl.Admitted(faultAt+500*time.Millisecond, healAt-500*time.Millisecond))
+			assert.Greater(t, consumed, after+outageSpend/2, "and what was spent while Redis was gone")
+		}
+	} else {
+		// A call the breaker stopped waiting for may still have run in
+		// Redis: a Sync decision is then also decided (and later reported)
+		// in memory. At most once per timed-out call.
+		timedOut := int64(0)
+		for _, n := range nodes {
+			timedOut += int64(n.l.Stats().BreakerCounts.Timeouts)
+		}
+		if sc.mode != hybrid.Sync {
+			timedOut = 0
+		}
+		assert.GreaterOrEqual(t, consumed, requests, "Redis holds every request, those made during the fault included")
+		assert.LessOrEqual(t, consumed, requests+timedOut+1, "and none twice (but for %d Sync calls that timed out)", timedOut)
+	}
+}
+
+// slowest is the slowest decision any node made.
+func slowest(nodes []*node) time.Duration {
+	var m int64
+	for _, n := range nodes {
+		m = max(m, n.slowest.Load())
+	}
+	return time.Duration(m)
+}
