@@ -52,8 +52,6 @@ type Limiter struct {
 	closed atomic.Bool
 	stop   context.CancelFunc
 	done   sync.WaitGroup
-
-	degradedDecisions atomic.Uint64
 }
 
 // New returns a Limiter configured by cfg and starts its background work
@@ -267,7 +265,6 @@ func (l *Limiter) fleet() int {
 
 // degraded decides from memory under the fallback.
 func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
-	l.degradedDecisions.Add(1)
 	now := l.now()
 	switch l.cfg.Fallback {
 	case FailOpen:
@@ -391,21 +388,19 @@ func (l *Limiter) Close(ctx context.Context) error {
 
 // Stats is a snapshot of the limiter's counters, for metrics.
 type Stats struct {
-	Mode              Mode
-	Degraded          bool
-	Breaker           breaker.State
-	BreakerCounts     breaker.Counts
-	Reconcile         reconcile.Stats
-	DegradedDecisions uint64 // decisions made under the fallback
-	Keys              int    // keys held in memory
-	ClockOffset       time.Duration
+	Mode          Mode
+	Degraded      bool
+	Breaker       breaker.State
+	BreakerCounts breaker.Counts
+	Reconcile     reconcile.Stats
+	Keys          int // keys held in memory
+	ClockOffset   time.Duration
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
 // count keys: call it from a metrics scrape, not per request.
 func (l *Limiter) Stats() Stats {
-	s := Stats{Mode: l.mode, Degraded: l.engine.Degraded(), DegradedDecisions: l.degradedDecisions.Load(),
-		Keys: l.engine.Len(), ClockOffset: l.offset.Applied()}
+	s := Stats{Mode: l.mode, Degraded: l.engine.Degraded(), Keys: l.engine.Len(), ClockOffset: l.offset.Applied()}
 	if l.breaker != nil {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()
 	}

@@ -189,6 +189,13 @@ func (r *Reconciler) Round(ctx context.Context) error {
 func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if b := r.deps.Breaker; b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
+		// Nothing will reach Redis before the breaker's next probe: leave
+		// the spend in the engine, where it waits at no cost, until then.
+		r.stats.rounds.Add(1)
+		r.stats.errors.Add(1)
+		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
+	}
 	e := r.deps.Engine
 	start := r.deps.Clock.Now()
 	r.taken = e.TakeSpend(r.taken[:0])

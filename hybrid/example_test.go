@@ -1,0 +1,54 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// A limiter without Redis decides from memory alone (LocalOnly). With
+// Config.Redis set, the same calls decide in memory and reconcile with
+// Redis (Async, the default) or decide in Redis (Sync).
+func ExampleNew() {
+	clk := clock.NewManual(time.Unix(1_800_000_000, 0)) // a fixed instant, so the output is fixed
+	lim, err := hybrid.New(hybrid.Config{Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	limit := hybrid.PerSecond(10).WithBurst(2)
+	for range 3 {
+		d, err := lim.Allow(context.Background(), "user:42", limit)
+		if err != nil {
+			panic(err) // a caller's mistake: an empty key, an invalid limit
+		}
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v source=%v\n", d.Allowed, d.Remaining, d.RetryAfter, d.Source)
+	}
+	// Output:
+	// allowed=true remaining=1 retry-after=0s source=local
+	// allowed=true remaining=0 retry-after=0s source=local
+	// allowed=false remaining=0 retry-after=100ms source=local
+}
+
+// Wait queues a request in a leaky bucket and blocks until its turn.
+func ExampleLimiter_Wait() {
+	lim, err := hybrid.New(hybrid.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	smooth := hybrid.PerSecond(50).WithBurst(5).WithAlgorithm(hybrid.LeakyBucket) // one every 20 ms
+	start := time.Now()
+	for range 3 {
+		if err := lim.Wait(context.Background(), "export-job", smooth, 1); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("three requests, spaced:", time.Since(start) >= 40*time.Millisecond)
+	// Output: three requests, spaced: true
+}
