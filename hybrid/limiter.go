@@ -177,6 +177,10 @@ func (l *Limiter) janitor(ctx context.Context) {
 // Mode returns the mode the limiter runs in (LocalOnly when it has no Redis).
 func (l *Limiter) Mode() Mode { return l.mode }
 
+// Fallback returns what the limiter does while degraded. A middleware uses it
+// to answer a FailClosed denial with 503 rather than 429.
+func (l *Limiter) Fallback() Fallback { return l.cfg.Fallback }
+
 // Degraded reports whether the limiter is deciding under its fallback
 // because Redis failed.
 func (l *Limiter) Degraded() bool { return l.engine.Degraded() }
