@@ -2,76 +2,114 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/clock"
-	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
 )
 
-// runDemo shows the local engine on the real clock: a burst of requests, of
-// which the bucket's burst is admitted and the rest limited with the time to
-// retry, then steady traffic above the rate, admitted at the rate.
+// runDemo shows several limiter nodes in one process sharing one limit
+// through Redis, offered more than the limit, with a live per-second table;
+// mid-run Redis goes away and comes back, so the viewer sees the nodes
+// degrade to their share of the limit and recover. It ends by itself.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(out)
-	rate := fs.Int64("rate", 5, "requests per second the key may make")
-	burst := fs.Int64("burst", 10, "requests the key may make at once")
-	burstSize := fs.Int("burst-requests", 15, "requests sent at once")
-	steady := fs.Duration("steady", 2*time.Second, "how long to send steady traffic after the burst")
-	every := fs.Duration("every", 100*time.Millisecond, "the gap between steady requests")
+	nodes := fs.Int("nodes", 3, "limiter nodes in the fleet")
+	rate := fs.Int64("rate", 100, "the shared limit, requests per second")
+	burst := fs.Int64("burst", 20, "the limit's burst")
+	offered := fs.Float64("offered", 2, "traffic offered, as a multiple of the limit")
+	duration := fs.Duration("duration", 20*time.Second, "how long the demo runs")
+	downAt := fs.Duration("down-at", 7*time.Second, "when Redis goes away (0: never)")
+	upAt := fs.Duration("up-at", 13*time.Second, "when Redis comes back")
+	modeName := fs.String("mode", "async", "async or sync")
+	interval := fs.Duration("interval", 20*time.Millisecond, "the sync interval (async mode)")
+	addr := fs.String("redis", envRedis(), "a Redis to use (default $REDIS_ADDR; else a private redis-server)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	lim := limit.PerSecond(*rate).WithBurst(*burst)
+	mode := hybrid.Async
+	switch *modeName {
+	case "async":
+	case "sync":
+		mode = hybrid.Sync
+	default:
+		return fmt.Errorf("unknown mode %q (want async or sync)", *modeName)
+	}
+	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
 		return err
 	}
-	engine, err := local.New(local.Config{})
+	if *nodes < 1 || *offered <= 0 || *duration <= 0 {
+		return errors.New("need at least one node, a positive offered multiple and a duration")
+	}
+
+	be, err := newBackend(*addr, out)
 	if err != nil {
 		return err
 	}
-	clk := clock.Real{}
-	start := clk.Now()
-	const key = "user:42"
-
-	fmt.Fprintf(out, "limit for %s: %v\n\n", key, lim)
-	fmt.Fprintf(out, "%8s  %4s  %-8s  %9s  %11s\n", "at", "req", "decision", "remaining", "retry after")
-	decide := func(i int) error {
-		now := clk.Now()
-		res, err := engine.AllowN(now.UnixNano(), key, lim, 1)
-		if err != nil {
-			return err
-		}
-		verdict, retry := "allowed", ""
-		if !res.Allowed {
-			verdict, retry = "limited", res.RetryAfter.Round(time.Millisecond).String()
-		}
-		fmt.Fprintf(out, "%8s  %4d  %-8s  %9d  %11s\n", now.Sub(start).Round(time.Millisecond), i, verdict, res.Remaining, retry)
-		return nil
+	defer be.close()
+	fleet, err := startFleet(*nodes, be, hybrid.Config{Mode: mode, SyncInterval: *interval, Prefix: "demo:", BreakerOpenFor: 500 * time.Millisecond})
+	if err != nil {
+		return err
 	}
+	defer fleet.close()
 
-	fmt.Fprintf(out, "-- a burst of %d requests at once\n", *burstSize)
-	for i := 1; i <= *burstSize; i++ {
-		if err := decide(i); err != nil {
-			return err
-		}
+	fmt.Fprintf(out, "%d nodes share %v (%s mode); %.0f requests/s offered; Redis: %s\n", *nodes, lim, fleet.mode(), *offered*float64(*rate), be.what)
+	if be.addr != "" && *downAt > 0 {
+		fmt.Fprintf(out, "Redis goes away at %v and comes back at %v.\n", *downAt, *upAt)
 	}
-	fmt.Fprintf(out, "-- then one request every %v (%.0f/s) for %v\n", *every, float64(time.Second)/float64(*every), *steady)
-	tick := time.NewTicker(*every)
-	defer tick.Stop()
-	for i := *burstSize + 1; clk.Now().Sub(start) < *steady; i++ {
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%6s %8s %9s %8s %7s %7s %9s  %s\n", "second", "offered", "admitted", "limited", "local", "remote", "degraded", "nodes degraded")
+
+	events := make(chan string, 4)
+	if be.addr != "" && *downAt > 0 {
+		go outage(ctx, be, *downAt, *upAt, events)
+	}
+	_, err = fleetsim.Drive(ctx, fleet.deciders(), fleetsim.Run{
+		Key: "demo", Limit: lim, Duration: *duration, Bucket: time.Second,
+		OnBucket: func(b fleetsim.Bucket) {
+			for drained := false; !drained; {
+				select {
+				case e := <-events:
+					fmt.Fprintf(out, "-- %s\n", e)
+				default:
+					drained = true
+				}
+			}
+			fmt.Fprintf(out, "%6d %8d %9d %8d %7d %7d %9d  %d of %d\n", int(b.Start/time.Second)+1, b.Offered, b.Admitted, b.Offered-b.Admitted,
+				b.Sources[hybrid.Local], b.Sources[hybrid.Remote], b.Sources[hybrid.Degraded], fleet.degraded(), len(fleet.nodes))
+		},
+	}, fleetsim.Load{Rate: *offered * float64(*rate)})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	fmt.Fprintf(out, "\nThe limit allows %d per second (and a burst of %d): ", *rate, *burst)
+	fmt.Fprintln(out, "while Redis is away each node enforces its share, so the fleet stays near the limit.")
+	return ctx.Err()
+}
+
+// outage takes Redis away at down and brings it back at up, telling events.
+func outage(ctx context.Context, be *backend, down, up time.Duration, events chan<- string) {
+	start := time.Now()
+	for _, step := range []struct {
+		at   time.Duration
+		do   func() error
+		what string
+	}{{down, be.down, "Redis is gone"}, {up, be.up, "Redis is back"}} {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
+			return
+		case <-time.After(time.Until(start.Add(step.at))):
 		}
-		if err := decide(i); err != nil {
-			return err
+		if err := step.do(); err != nil {
+			events <- fmt.Sprintf("%s failed: %v", step.what, err)
+			continue
 		}
+		events <- fmt.Sprintf("%s (%v)", step.what, time.Since(start).Round(100*time.Millisecond))
 	}
-	return nil
 }

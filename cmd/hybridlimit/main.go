@@ -20,7 +20,9 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "watch the limiter admit a burst, then limit with retry-after", runDemo},
+		{"demo", "watch a fleet share one limit through Redis, lose Redis and recover", runDemo},
+		{"tune", "measure accuracy, latency and Redis load for each sync interval, with a plot", runTune},
+		{"chaos", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
 	}
 }
 

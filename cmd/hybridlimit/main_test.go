@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,26 +14,86 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The commands run end to end, in a short mode, against a private
+// redis-server each starts itself.
+
 func TestUsageListsCommands(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), nil, &out))
-	assert.Contains(t, out.String(), "demo")
+	for _, c := range []string{"demo", "tune", "chaos"} {
+		assert.Contains(t, out.String(), c)
+	}
 	assert.Error(t, run(context.Background(), []string{"nope"}, &out))
 }
 
-func TestDemoShowsBurstThenLimit(t *testing.T) {
+// row is one line of the demo's table.
+var row = regexp.MustCompile(`^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) of (\d+)$`)
+
+func TestDemoShowsLimitedAndDegradedDecisions(t *testing.T) {
+	t.Setenv("REDIS_ADDR", "") // a private redis-server, which the demo may kill
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-rate", "5", "-burst", "10", "-burst-requests", "15", "-steady", "50ms"}, &out)
-	require.NoError(t, err)
+	err := run(context.Background(), []string{"demo", "-duration", "6s", "-down-at", "2s", "-up-at", "4s", "-rate", "50", "-burst", "10"}, &out)
+	require.NoError(t, err, out.String())
 	text := out.String()
-	burst := text[strings.Index(text, "-- a burst"):strings.Index(text, "-- then")]
-	assert.Equal(t, 10, strings.Count(burst, "allowed"), "the whole burst is admitted:\n%s", text)
-	assert.Equal(t, 5, strings.Count(burst, "limited"), "the rest is limited:\n%s", text)
-	assert.Contains(t, burst, "200ms", "a limited request is told when to retry")
+	assert.Contains(t, text, "Redis is gone")
+	assert.Contains(t, text, "Redis is back")
+	limited, degraded, healthyAfter := 0, 0, false
+	for _, line := range strings.Split(text, "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+		limited += n(4)
+		degraded += n(7)
+		if n(1) == 6 && n(8) == 0 {
+			healthyAfter = true
+		}
+	}
+	assert.Positive(t, limited, "limited decisions:\n%s", text)
+	assert.Positive(t, degraded, "degraded decisions:\n%s", text)
+	assert.True(t, healthyAfter, "no node degraded in the last second:\n%s", text)
 }
 
-func TestDemoRejectsAnInvalidLimit(t *testing.T) {
+func TestDemoRejectsBadFlags(t *testing.T) {
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-rate", "0"}, &out)
-	assert.ErrorContains(t, err, "rate 0 must be positive")
+	assert.ErrorContains(t, run(context.Background(), []string{"demo", "-rate", "0"}, &out), "rate 0 must be positive")
+	assert.ErrorContains(t, run(context.Background(), []string{"demo", "-mode", "fast"}, &out), "unknown mode")
+}
+
+func TestTuneWritesTableAndPlot(t *testing.T) {
+	t.Setenv("REDIS_ADDR", "")
+	dir := t.TempDir()
+	table, plot := filepath.Join(dir, "tune.md"), filepath.Join(dir, "tune.png")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-out", table, "-plot", plot, "-progress=false"}, &out)
+	require.NoError(t, err, out.String())
+	for _, setting := range []string{"| async 5ms |", "| async 50ms |", "| sync |", "| local only |"} {
+		assert.Contains(t, out.String(), setting)
+	}
+	md, err := os.ReadFile(table)
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "Redis scripts/s")
+	png, err := os.ReadFile(plot)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "a PNG")
+}
+
+func TestChaosWritesItsTimeline(t *testing.T) {
+	for _, failure := range failures {
+		t.Run(failure, func(t *testing.T) {
+			t.Parallel()
+			plot := filepath.Join(t.TempDir(), "chaos.svg")
+			var out bytes.Buffer
+			err := run(context.Background(), []string{"chaos", "-failure", failure, "-duration", "5s", "-at", "1s", "-for", "2s", "-plot", plot, "-progress=false"}, &out)
+			require.NoError(t, err, out.String())
+			assert.Contains(t, out.String(), "every node healthy again at the end: true")
+			svg, err := os.ReadFile(plot)
+			require.NoError(t, err)
+			assert.Contains(t, string(svg), "<svg")
+			assert.Contains(t, string(svg), "global limit")
+		})
+	}
+	var out bytes.Buffer
+	assert.ErrorContains(t, run(context.Background(), []string{"chaos", "-failure", "flood"}, &out), "unknown failure")
 }
