@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/clock"
+	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // Mode is how a Limiter makes its decisions: the three rows of the design
@@ -130,7 +131,16 @@ type Config struct {
 	// Logger receives the breaker's transitions and any lost spend. Nil
 	// means slog.Default().
 	Logger *slog.Logger
+	// OnRound, if set, is told of every reconciliation round: how many keys,
+	// how long, and why it failed if it did (metrics.Recorder.ObserveRound
+	// fits). It runs on the reconciler's goroutine, outside its locks; the
+	// first round runs inside New.
+	OnRound func(RoundInfo)
 }
+
+// RoundInfo describes one reconciliation round (reconcile.RoundInfo), so
+// callers of hybrid need not import the reconciler.
+type RoundInfo = reconcile.RoundInfo
 
 // effectiveMode is the mode the limiter runs in.
 func (c *Config) effectiveMode() Mode {

@@ -144,6 +144,9 @@ func (l *Limiter) afterRound(info reconcile.RoundInfo) {
 	if info.Err == nil && l.breaker.Healthy() {
 		l.engine.SetDegraded(false)
 	}
+	if l.cfg.OnRound != nil {
+		l.cfg.OnRound(info)
+	}
 }
 
 // deadlinesReachSockets reports whether client applies context deadlines to

@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/hybridlimit/hybridlimit/breaker"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+)
+
+// limiterCollector exports a limiter's Stats, read at scrape time.
+type limiterCollector struct {
+	stats func() hybrid.Stats
+
+	mode, degraded, keys                                  *prometheus.Desc
+	breakerState, transitions                             *prometheus.Desc
+	redisSuccesses, redisErrors, redisTimeouts, rejected  *prometheus.Desc
+	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
+	nodes, offset                                         *prometheus.Desc
+}
+
+// NewLimiterCollector returns a prometheus.Collector of l's Stats, read
+// when the registry is scraped: breaker state and transitions, Redis calls,
+// successes, errors, timeouts and refusals, degraded mode, keys in memory, sync
+// rounds, round errors, keys sent, spend lost, pending keys, the last
+// round's duration, fleet nodes and clock offset. Metric names start with
+// namespace ("" means DefaultNamespace). A LocalOnly limiter has no breaker,
+// Redis or rounds: it exports mode, degraded and keys only.
+//
+// Each scrape calls l.Stats once, which takes each of the limiter's shard
+// locks briefly to count keys. Concurrent scrapes are safe. Register it
+// once per limiter (Recorder.Watch does); it panics if l is nil.
+func NewLimiterCollector(l *hybrid.Limiter, namespace string) prometheus.Collector {
+	if l == nil {
+		panic("metrics: NewLimiterCollector: nil limiter")
+	}
+	return newLimiterCollector(l.Stats, namespace)
+}
+
+// newLimiterCollector is NewLimiterCollector reading stats from any source.
+func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCollector {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+	}
+	return &limiterCollector{
+		stats:    stats,
+		mode:     desc("mode", "The mode the limiter runs in (async, sync or local): 1 for its mode.", "mode"),
+		degraded: desc("degraded", "1 while the limiter decides under its fallback because Redis failed, else 0."),
+		keys:     desc("keys_in_memory", "Keys the limiter holds in node memory."),
+		breakerState: desc("breaker_state",
+			"The Redis circuit breaker's state: 1 for the current state (closed, half-open or open), 0 for the others.", "state"),
+		transitions: desc("breaker_transitions_total", "State transitions of the Redis circuit breaker."),
+		redisSuccesses: desc("redis_successes_total",
+			"Calls to Redis (decisions in sync mode, sync rounds) that succeeded, through the circuit breaker."),
+		redisErrors: desc("redis_errors_total",
+			"Calls to Redis that failed, through the circuit breaker: connection and Redis errors, timeouts, and calls refused because too many were in flight. Should stay 0."),
+		redisTimeouts: desc("redis_timeouts_total", "Calls to Redis abandoned at their timeout (also counted in redis_errors_total)."),
+		rejected:      desc("breaker_rejected_total", "Calls to Redis the breaker refused without making them: it was open, or too many calls were in flight."),
+		rounds:        desc("sync_rounds_total", "Sync rounds run, failed ones included."),
+		roundErrors:   desc("sync_round_errors_total", "Sync rounds that failed (their spend is kept and sent again), refused by an open breaker included."),
+		keysSent:      desc("sync_keys_sent_total", "Key reports sent to Redis in successful sync rounds."),
+		lost: desc("sync_lost_spend_total",
+			"Spend (request weight) that will never reach Redis: dropped because the buffer of unreported spend was full, or because Redis refused its key. Should stay 0."),
+		pending: desc("sync_pending_keys", "Keys with spend Redis has not acknowledged yet."),
+		lastDur: desc("sync_last_round_duration_seconds", "Duration of the last sync round, in seconds."),
+		nodes:   desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
+		offset:  desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.mode, c.degraded, c.keys, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
+		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge(c.mode, 1, s.Mode.String())
+	gauge(c.degraded, boolValue(s.Degraded))
+	gauge(c.keys, float64(s.Keys))
+	if s.Mode == hybrid.LocalOnly {
+		return
+	}
+	for _, st := range []breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
+		gauge(c.breakerState, boolValue(s.Breaker == st), st.String())
+	}
+	b := s.BreakerCounts
+	counter(c.transitions, b.Changes)
+	counter(c.redisSuccesses, b.Successes)
+	counter(c.redisErrors, b.Failures)
+	counter(c.redisTimeouts, b.Timeouts)
+	counter(c.rejected, b.Rejected)
+	rc := s.Reconcile
+	counter(c.rounds, rc.Rounds)
+	counter(c.roundErrors, rc.RoundErrors)
+	counter(c.keysSent, rc.KeysSent)
+	counter(c.lost, rc.LostSpend)
+	gauge(c.pending, float64(rc.Pending))
+	gauge(c.lastDur, rc.LastRound.Seconds())
+	gauge(c.nodes, float64(rc.Nodes))
+	gauge(c.offset, s.ClockOffset.Seconds())
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
