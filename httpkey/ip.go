@@ -104,12 +104,23 @@ func (r *IPResolver) ClientIP(req *http.Request) (netip.Addr, error) {
 // masked prefix ("ip:2001:db8:1:2::/64", "ip:203.0.113.0/24" with IPv4Prefix
 // 24). The forms never collide: a group always carries its length.
 func (r *IPResolver) Key(req *http.Request) (string, error) {
-	if err := r.Validate(); err != nil {
-		return "", err
-	}
 	a, err := r.ClientIP(req)
 	if err != nil {
 		return "", err
+	}
+	return r.KeyOf(a)
+}
+
+// KeyOf returns the key Key gives a client at address a: the address, or
+// its group. A caller that already has the address (for a ban list, say)
+// keys it without resolving the request again.
+func (r *IPResolver) KeyOf(a netip.Addr) (string, error) {
+	if err := r.Validate(); err != nil {
+		return "", err
+	}
+	a = a.Unmap().WithZone("")
+	if !a.IsValid() {
+		return "", fmt.Errorf("httpkey: no address to key")
 	}
 	bits := r.IPv6Prefix
 	if a.Is4() {

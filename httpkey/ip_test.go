@@ -243,3 +243,22 @@ func TestInvalidHeaderPolicy(t *testing.T) {
 	assert.EqualError(t, err, want)
 	assert.EqualError(t, r.Validate(), want)
 }
+
+func TestKeyOf(t *testing.T) {
+	r := httpkey.IPResolver{}
+	cases := map[string]string{
+		"2001:db8:1:2::ffff": "ip:2001:db8:1:2::/64",
+		"203.0.113.7":        "ip:203.0.113.7",
+		"::ffff:203.0.113.7": "ip:203.0.113.7",
+		"fe80::1%eth0":       "ip:fe80::/64",
+	}
+	for in, want := range cases {
+		got, err := r.KeyOf(netip.MustParseAddr(in))
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	_, err := r.KeyOf(netip.Addr{})
+	assert.Error(t, err)
+	_, err = (&httpkey.IPResolver{IPv6Prefix: 200}).KeyOf(netip.MustParseAddr("::1"))
+	assert.Error(t, err)
+}

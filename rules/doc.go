@@ -93,9 +93,11 @@
 // the rule's limit; normal requests also pass the reserve check, so they
 // never use more than 1−r of it; so at least r of the limit is always left
 // for priority traffic. (When the scaled rate rounds up to 1, the guarantee
-// is the limit less 1.) For the reserve key to track only admitted normal
-// requests, a limiter should spend on a request's checks only if all of them
-// admit it.
+// is the limit less 1.) The middleware runs a request's checks in order and
+// stops at the first that denies, so a denied request has spent the checks
+// before it (as in Envoy's rate-limit service): the reserve key may count a
+// normal request a later check denied, which can only leave priority traffic
+// more than its share, never less.
 //
 // # Reload
 //

@@ -15,7 +15,7 @@ import (
 // Strike:
 //
 //	if wait, blocked := pen.Blocked(client, now); blocked {
-//		// 429, Retry-After: wait
+//		// 403 Forbidden, Retry-After: wait (the middleware's answer)
 //	}
 //	// ... run the checks; if one limits the request:
 //	pen.Strike(client, now)

@@ -23,6 +23,11 @@ type Request struct {
 	// applied). Plan reads an IPv4-mapped IPv6 address as IPv4 and ignores
 	// zones. The zero Addr matches no ban and skips the per_ip check.
 	IP netip.Addr
+	// IPKey is the identity per_ip limits count the client under: its IP as
+	// the caller groups clients, such as an IPv6 /64 (a subscriber may
+	// rotate addresses freely inside it; httpkey.IPResolver.KeyOf gives it).
+	// Empty means the IP itself. Bans always match IP, the exact address.
+	IPKey string
 	// Client is the identity of per-client limits (tier, endpoint, default),
 	// such as "user:42", "ip:203.0.113.7" or "key:abc". It is used as given:
 	// "" is one identity shared by every request that leaves it empty.
@@ -91,6 +96,9 @@ func (r *Rules) Plan(req Request, dst []Check) (banned bool, checks []Check) {
 	if c := r.perIP; c != nil && ip.IsValid() {
 		var buf [64]byte
 		id := ip.AppendTo(buf[:0])
+		if req.IPKey != "" {
+			id = append(buf[:0], req.IPKey...)
+		}
 		if normal && c.reserve != nil {
 			dst = append(dst, c.reserve.check(c.reserve.prefix+string(id)))
 		}

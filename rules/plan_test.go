@@ -80,6 +80,19 @@ func TestPlanOrder(t *testing.T) {
 	}, summarize(checks))
 }
 
+func TestPlanPerIPKeysTheCallersGroup(t *testing.T) {
+	rs, err := Compile(&Config{PerIP: &Rule{Requests: 2, Window: time.Hour}, Ban: []netip.Prefix{netip.MustParsePrefix("2001:db8::7/128")}})
+	require.NoError(t, err)
+	ip := netip.MustParseAddr("2001:db8::1")
+	_, checks := rs.Plan(Request{IP: ip, IPKey: "ip:2001:db8::/64"}, nil)
+	require.Len(t, checks, 1)
+	assert.Equal(t, "per_ip|ip:2001:db8::/64", checks[0].Key, "the group the caller counts the client in")
+	_, checks = rs.Plan(Request{IP: ip}, nil)
+	assert.Equal(t, "per_ip|2001:db8::1", checks[0].Key, "else the address")
+	banned, _ := rs.Plan(Request{IP: netip.MustParseAddr("2001:db8::7"), IPKey: "ip:2001:db8::/64"}, nil)
+	assert.True(t, banned, "bans match the exact address, whatever the group")
+}
+
 func TestPlanSkipsWhatTheRequestLacks(t *testing.T) {
 	r := mustCompile(t, planYAML)
 	for _, tc := range []struct {

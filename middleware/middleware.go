@@ -1,0 +1,278 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/httpkey"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/rules"
+)
+
+// RequestEvent.Rule values for the 403 answers, which no rule of
+// rules.Check names.
+const (
+	// RuleBan: the address is on the rules' ban list.
+	RuleBan = "ban"
+	// RulePenalty: the client is under the rules' penalty block.
+	RulePenalty = "penalty"
+)
+
+// errNilRules is the failure of a Config.Rules that returned nil.
+var errNilRules = errors.New("middleware: the rules source returned nil")
+
+// New returns the middleware configured by cfg, or an error naming every
+// mistake in cfg. The middleware wraps a handler; wrapping a nil handler
+// panics, a programming error best caught at startup. The middleware and the
+// handlers it returns are safe for concurrent use.
+func New(cfg Config) (func(http.Handler) http.Handler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := &core{
+		lim:        cfg.Limiter,
+		rules:      cfg.Rules,
+		ip:         cfg.IP,
+		client:     cfg.Client,
+		user:       cfg.User,
+		tier:       cfg.Tier,
+		priority:   cfg.Priority,
+		cost:       cfg.Cost,
+		headers:    cfg.Headers,
+		onError:    cfg.OnError,
+		obs:        cfg.Observer,
+		log:        cfg.Logger,
+		failClosed: cfg.Limiter.Fallback() == hybrid.FailClosed,
+	}
+	m.ip.TrustedProxies = slices.Clone(cfg.IP.TrustedProxies)
+	m.penalties.maxClients = cfg.PenaltyClients
+	if m.penalties.maxClients == 0 {
+		m.penalties.maxClients = DefaultPenaltyClients
+	}
+	if m.client == nil {
+		m.client = httpkey.IP(m.ip)
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.onError == nil {
+		m.onError = m.defaultOnError
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("middleware: wrapping a nil http.Handler")
+		}
+		return &handler{m: m, next: next}
+	}, nil
+}
+
+// core is the middleware's configuration and shared state, behind every
+// handler it wraps.
+type core struct {
+	lim        *hybrid.Limiter
+	rules      func() *rules.Rules
+	ip         httpkey.IPResolver
+	client     httpkey.Extractor
+	user       func(context.Context) (string, bool)
+	tier       func(*http.Request) string
+	priority   func(*http.Request) bool
+	cost       func(*http.Request) int64
+	headers    Headers
+	onError    func(http.ResponseWriter, *http.Request, error)
+	obs        Observer
+	log        *slog.Logger
+	failClosed bool
+
+	penalties penalties
+	pool      scratchPool
+}
+
+// handler is the middleware around one next handler.
+type handler struct {
+	m    *core
+	next http.Handler
+}
+
+// verdict is what the middleware decided for a request.
+type verdict struct {
+	outcome Outcome
+	rule    string        // as RequestEvent.Rule
+	client  string        // the client key, once known
+	wait    time.Duration // Retry-After of a 429, 503 or penalty 403
+	err     error         // why it Failed
+}
+
+// ServeHTTP checks the request and then answers it or calls the next
+// handler.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	var start time.Time
+	if m.obs != nil {
+		start = time.Now()
+	}
+	v := m.evaluate(w, r)
+	if m.obs != nil {
+		m.obs.ObserveRequest(RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
+	}
+	switch v.outcome {
+	case Passed, ShadowLimited:
+		h.next.ServeHTTP(w, r)
+	case Limited:
+		writeLimited(w, v.wait)
+	case Banned:
+		if v.rule == RulePenalty {
+			writePenalty(w, v.wait)
+		} else {
+			writeBanned(w)
+		}
+	case Unavailable:
+		writeUnavailable(w, v.wait)
+	default:
+		m.onError(w, r, v.err)
+	}
+}
+
+// evaluate decides the request, and sets the rate-limit headers when the
+// answer carries them.
+func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
+	rs := m.rules()
+	if rs == nil {
+		return verdict{outcome: Failed, err: errNilRules}
+	}
+	if !rs.Enabled() {
+		return verdict{outcome: Passed}
+	}
+	client, err := m.client(r)
+	if err != nil {
+		return verdict{outcome: Failed, err: fmt.Errorf("middleware: client key: %w", err)}
+	}
+	ip, err := m.ip.ClientIP(r)
+	if err != nil {
+		return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
+	}
+	ipKey, err := m.ip.KeyOf(ip)
+	if err != nil {
+		return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
+	}
+	req := rules.Request{Method: r.Method, Path: cleanPath(r.URL.Path), IP: ip, IPKey: ipKey, Client: client}
+	if m.user != nil {
+		if id, ok := m.user(r.Context()); ok {
+			req.User = id
+		}
+	}
+	if m.tier != nil {
+		req.Tier = m.tier(r)
+	}
+	if m.priority != nil {
+		req.Priority = m.priority(r)
+	}
+	cost := int64(1)
+	if m.cost != nil {
+		if cost = m.cost(r); cost < 0 {
+			return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: negative request cost %d", cost)}
+		}
+	}
+	shadow := rs.Shadow()
+
+	sc := m.pool.get(rs.MaxChecks())
+	defer m.pool.put(sc)
+	banned, checks := rs.Plan(req, sc.checks)
+	sc.checks = checks
+	if banned {
+		if shadow {
+			return verdict{outcome: ShadowLimited, rule: RuleBan, client: client}
+		}
+		return verdict{outcome: Banned, rule: RuleBan, client: client}
+	}
+	now := m.lim.Now()
+	pen, err := m.penalties.get(rs)
+	if err != nil {
+		return verdict{outcome: Failed, client: client, err: err}
+	}
+	if pen != nil {
+		if wait, blocked := pen.Blocked(client, now); blocked {
+			if shadow {
+				return verdict{outcome: ShadowLimited, rule: RulePenalty, client: client}
+			}
+			return verdict{outcome: Banned, rule: RulePenalty, client: client, wait: wait}
+		}
+	}
+	v := m.check(r.Context(), w.Header(), sc, cost, now)
+	v.client = client
+	if pen != nil && (v.outcome == Limited || shadow && v.outcome == ShadowLimited) {
+		pen.Strike(client, now)
+	}
+	return v
+}
+
+// check runs the planned checks in order until a live one denies the
+// request, and sets the headers of an admitted or limited request.
+func (m *core) check(ctx context.Context, h http.Header, sc *scratch, cost int64, now time.Time) verdict {
+	checks := sc.checks
+	ds := sc.decisions(len(checks))
+	show, shadowRule := -1, ""
+	for i, c := range checks {
+		var t0 time.Time
+		if m.obs != nil {
+			t0 = time.Now()
+		}
+		d, err := m.lim.AllowN(ctx, c.Key, c.Limit, cost)
+		if err != nil {
+			if c.Shadow {
+				m.log.Warn("middleware: shadow check skipped", "rule", c.Rule, "err", err)
+				continue
+			}
+			return verdict{outcome: Failed, err: fmt.Errorf("middleware: check %q: %w", c.Rule, err)}
+		}
+		ds[i] = d
+		if m.obs != nil {
+			m.obs.ObserveCheck(CheckEvent{Rule: c.Rule, Decision: d, Shadow: c.Shadow, Latency: time.Since(t0)})
+		}
+		switch {
+		case c.Shadow:
+			if !d.Allowed && shadowRule == "" {
+				shadowRule = c.Rule
+			}
+		case d.Allowed:
+			if show < 0 || tighter(d, c, ds[show], checks[show]) {
+				show = i
+			}
+		case m.failClosed && d.Source == hybrid.Degraded:
+			return verdict{outcome: Unavailable, wait: d.RetryAfter}
+		default:
+			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, sc.buf)
+			return verdict{outcome: Limited, rule: c.Rule, wait: d.RetryAfter}
+		}
+	}
+	if show >= 0 {
+		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, sc.buf)
+	}
+	if shadowRule != "" {
+		return verdict{outcome: ShadowLimited, rule: shadowRule}
+	}
+	return verdict{outcome: Passed}
+}
+
+// defaultOnError is DefaultOnError, logging the 500s.
+func (m *core) defaultOnError(w http.ResponseWriter, r *http.Request, err error) {
+	if !errors.Is(err, httpkey.ErrMalformed) {
+		m.log.Error("middleware: request not rate limited", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	DefaultOnError(w, r, err)
+}
+
+// cleanPath is the path rules match: r.URL.Path cleaned, so that
+// "/api//v1/./search" is "/api/v1/search". path.Clean returns a clean path
+// as it is, without allocating.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return path.Clean(p)
+}
