@@ -23,6 +23,7 @@ func commands() []command {
 		{"demo", "watch a fleet share one limit through Redis, lose Redis and recover", runDemo},
 		{"tune", "measure accuracy, latency and Redis load for each sync interval, with a plot", runTune},
 		{"chaos", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
+		{"gateway", "a reverse proxy with the limiter and a rules file in front of an upstream", runGateway},
 	}
 }
 
