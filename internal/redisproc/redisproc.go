@@ -77,6 +77,17 @@ func Start(args ...string) (*Server, error) {
 // Addr is "127.0.0.1:PORT", the same across restarts.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
+// Pid is the process id of the running (or last) redis-server, 0 before
+// the first launch.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill stops the process with SIGKILL and waits until it is gone.
 func (s *Server) Kill() {
 	s.mu.Lock()
