@@ -5,11 +5,13 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test demo bench tools vet
+.PHONY: test demo bench bench-compare tools vet
 
-## test: vet, then every test with the race detector, against private redis-servers the tests start
+## test: vet, then every test with the race detector, against private redis-servers the tests start;
+## then the comparison suite's own tests (bench/ is a module of its own, to keep the peers out of go.mod)
 test: tools vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 ## demo: a live demonstration of the limiter
 demo: tools
@@ -18,6 +20,11 @@ demo: tools
 ## bench: the package benchmarks (decision cost, allocations, memory per key)
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## bench-compare: hybridlimit side by side with x/time/rate, redis_rate, ulule/limiter and others (~2 min);
+## writes bench/results.md and docs/bench-compare.png
+bench-compare: tools
+	cd bench && $(GO) run ./cmd/compare
 
 vet:
 	$(GO) vet $(PKGS)

@@ -1,0 +1,222 @@
+// Command compare benchmarks hybridlimit's three modes against peer rate
+// limiters in one run, on one machine and one private redis-server that it
+// starts on a free loopback port and stops at the end:
+//
+//	cd bench && go run ./cmd/compare
+//
+// For each contender: ns/op and allocs/op of a decision on an existing key,
+// latency percentiles under parallel load, Redis commands per decision, and
+// admitted/limit with 4 nodes offered twice the limit. It prints a Markdown
+// report, writes it to -out, and draws -plot.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/bench/contender"
+	"github.com/hybridlimit/hybridlimit/internal/redisproc"
+)
+
+type options struct {
+	benchtime  time.Duration
+	count      int
+	load       time.Duration
+	goroutines int
+	fleet      time.Duration
+	nodes      int
+	policy     contender.Policy
+	keys       int
+	only       *regexp.Regexp
+	out, plot  string
+}
+
+func main() {
+	testing.Init() // testing.Benchmark reads -test.benchtime
+	var o options
+	var only string
+	flag.DurationVar(&o.benchtime, "benchtime", 300*time.Millisecond, "run time of each serial `ns/op` benchmark")
+	flag.IntVar(&o.count, "count", 5, "serial benchmark rounds, all contenders interleaved (the median is reported)")
+	flag.DurationVar(&o.load, "load", time.Second, "duration of each parallel-load measurement")
+	flag.IntVar(&o.goroutines, "goroutines", 16, "goroutines of the parallel load")
+	flag.DurationVar(&o.fleet, "fleet", 5*time.Second, "duration of each accuracy run (nodes offered twice the limit)")
+	flag.IntVar(&o.nodes, "nodes", 4, "nodes (separate instances, each with its own Redis client) of each accuracy run")
+	flag.Int64Var(&o.policy.Rate, "rate", 1000, "limit of the accuracy runs: requests per second")
+	flag.Int64Var(&o.policy.Burst, "burst", 100, "limit of the accuracy runs: burst")
+	flag.IntVar(&o.keys, "keys", 100, "existing keys the serial and parallel benchmarks cycle through")
+	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
+	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
+	flag.StringVar(&o.plot, "plot", "../docs/bench-compare.png", "write the plot here (.png or .svg; \"\" for none)")
+	flag.Parse()
+	if err := flag.Set("test.benchtime", o.benchtime.String()); err != nil {
+		fatal(err)
+	}
+	var err error
+	if o.only, err = regexp.Compile(only); err != nil {
+		fatal(err)
+	}
+	if o.count < 1 || o.keys < 1 || o.nodes < 1 || o.goroutines < 1 || o.policy.Rate < 1 || o.policy.Burst < 1 {
+		fatal(errors.New("-count, -keys, -nodes, -goroutines, -rate and -burst must be positive"))
+	}
+	if err := run(o); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "compare:", err)
+	os.Exit(1)
+}
+
+func run(o options) (err error) {
+	began := time.Now()
+	srv, err := redisproc.Start()
+	if err != nil {
+		return err
+	}
+	// Stop the server whatever happens: on return, and on SIGINT/SIGTERM.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		_ = srv.Close()
+		fmt.Fprintf(os.Stderr, "compare: %v: stopped redis-server\n", s)
+		os.Exit(130)
+	}()
+	defer func() {
+		signal.Stop(sigs)
+		err = errors.Join(err, srv.Close())
+	}()
+
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+
+	env := envInfo(ctx, admin)
+	logf("redis-server %s on %s (pid %d); %s", env.Redis, srv.Addr(), srv.Pid(), env.Machine)
+
+	clock := measureClock(o)
+	var cs []contender.Contender
+	var idx []int
+	for i, c := range contender.All() {
+		if o.only.MatchString(c.Name) {
+			cs = append(cs, c)
+			idx = append(idx, i)
+		}
+	}
+	if len(cs) == 0 {
+		return errors.New("no contender matches -only")
+	}
+	results, err := measureAll(ctx, o, admin, srv.Addr(), cs, idx)
+	if err != nil {
+		return err
+	}
+	for _, s := range contender.Skips() {
+		logf("SKIPPED %s: %s", s.Name, s.Reason)
+	}
+	env.Took = time.Since(began).Round(time.Second)
+	env.LoadEnd = loadAvg()
+
+	rep := report{opts: o, env: env, clock: clock, results: results, skips: contender.Skips()}
+	var w io.Writer = os.Stdout
+	if o.out != "" {
+		f, err := os.Create(o.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = io.MultiWriter(os.Stdout, f)
+	}
+	if o.plot != "" {
+		if err := drawPlot(o.plot, results, o); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		rep.plot = o.plot
+		if o.out != "" {
+			// The report links the plot relative to where the report is.
+			if rel, err := filepath.Rel(filepath.Dir(o.out), o.plot); err == nil {
+				rep.plot = filepath.ToSlash(rel)
+			}
+		}
+		logf("plot written to %s", o.plot)
+	}
+	if err := rep.write(w); err != nil {
+		return err
+	}
+	if o.out != "" {
+		logf("report written to %s", o.out)
+	}
+	logf("whole run took %v", time.Since(began).Round(time.Second))
+	return nil
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "compare: "+format+"\n", args...)
+}
+
+type environment struct {
+	Redis, Machine, Go string
+	Took               time.Duration
+	LoadStart, LoadEnd string // /proc/loadavg: other work on the machine
+}
+
+// loadAvg is the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func envInfo(ctx context.Context, admin *redis.Client) environment {
+	return environment{
+		Redis:     redisVersion(ctx, admin),
+		Machine:   fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
+		Go:        runtime.Version(),
+		LoadStart: loadAvg(),
+	}
+}
+
+// redisVersion is the server's redis_version from INFO server, or "unknown".
+func redisVersion(ctx context.Context, c *redis.Client) string {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range regexp.MustCompile(`(?m)^model name\s*:\s*(.+)$`).FindAllStringSubmatch(string(b), 1) {
+		return line[1]
+	}
+	return "unknown CPU"
+}
