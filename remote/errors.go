@@ -2,6 +2,8 @@ package remote
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -107,6 +109,19 @@ func kindOf(err error) error {
 	}
 	var operr *net.OpError
 	if errors.As(err, &operr) {
+		return ErrUnavailable
+	}
+	// A TLS handshake that fails (a certificate not trusted, a protocol
+	// mismatch) leaves no connection to Redis, as a refused dial does.
+	var (
+		certErr   *tls.CertificateVerificationError
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		alert     tls.AlertError
+		recordErr tls.RecordHeaderError
+	)
+	if errors.As(err, &certErr) || errors.As(err, &unknownCA) || errors.As(err, &hostErr) ||
+		errors.As(err, &alert) || errors.As(err, &recordErr) {
 		return ErrUnavailable
 	}
 	// go-redis reports replies it cannot read, pool exhaustion and dial
