@@ -38,19 +38,11 @@ func runChaos(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 12*time.Second, "how long the run lasts")
 	at := fs.Duration("at", 4*time.Second, "when the failure starts")
 	lasts := fs.Duration("for", 4*time.Second, "how long it lasts (restart is instant)")
-	modeName := fs.String("mode", "async", "async or sync")
+	mode := modeFlag(fs)
 	plotFile := fs.String("plot", "chaos.svg", "write the timeline here (.svg or .png)")
 	progress := fs.Bool("progress", true, "show a progress bar on stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	mode := hybrid.Async
-	switch *modeName {
-	case "async":
-	case "sync":
-		mode = hybrid.Sync
-	default:
-		return fmt.Errorf("unknown mode %q (want async or sync)", *modeName)
 	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
@@ -97,14 +89,14 @@ func runChaos(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("unknown failure %q (want one of %s)", *failure, strings.Join(failures, ", "))
 	}
 
-	f, err := startFleet(*nodes, be, hybrid.Config{Mode: mode, SyncInterval: 10 * time.Millisecond, Prefix: "chaos:",
+	f, err := startFleet(*nodes, be, hybrid.Config{Mode: *mode, SyncInterval: 10 * time.Millisecond, Prefix: "chaos:",
 		RedisTimeout: 50 * time.Millisecond, BreakerOpenFor: 300 * time.Millisecond})
 	if err != nil {
 		return err
 	}
 	defer f.close()
 
-	fmt.Fprintf(out, "%d %s nodes share %v, %.0f requests/s offered; %s at %v for %v.\n", *nodes, mode, lim, *offered*float64(*rate), *failure, *at, *lasts)
+	fmt.Fprintf(out, "%d %s nodes share %v, %.0f requests/s offered; %s at %v for %v.\n", *nodes, *mode, lim, *offered*float64(*rate), *failure, *at, *lasts)
 	var bar *progressbar.ProgressBar
 	if *progress {
 		bar = progressbar.NewOptions64(int64(duration.Seconds()+0.5), progressbar.OptionSetWriter(os.Stderr),

@@ -26,19 +26,11 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	duration := fs.Duration("duration", 20*time.Second, "how long the demo runs")
 	downAt := fs.Duration("down-at", 7*time.Second, "when Redis goes away (0: never)")
 	upAt := fs.Duration("up-at", 13*time.Second, "when Redis comes back")
-	modeName := fs.String("mode", "async", "async or sync")
+	mode := modeFlag(fs)
 	interval := fs.Duration("interval", 20*time.Millisecond, "the sync interval (async mode)")
 	addr := fs.String("redis", envRedis(), "a Redis to use (default $REDIS_ADDR; else a private redis-server)")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	mode := hybrid.Async
-	switch *modeName {
-	case "async":
-	case "sync":
-		mode = hybrid.Sync
-	default:
-		return fmt.Errorf("unknown mode %q (want async or sync)", *modeName)
 	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
@@ -53,7 +45,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer be.close()
-	fleet, err := startFleet(*nodes, be, hybrid.Config{Mode: mode, SyncInterval: *interval, Prefix: "demo:", BreakerOpenFor: 500 * time.Millisecond})
+	fleet, err := startFleet(*nodes, be, hybrid.Config{Mode: *mode, SyncInterval: *interval, Prefix: "demo:", BreakerOpenFor: 500 * time.Millisecond})
 	if err != nil {
 		return err
 	}

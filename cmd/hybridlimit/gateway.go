@@ -37,7 +37,7 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 	upstream := fs.String("upstream", "", "the service to proxy to, such as http://127.0.0.1:9000")
 	rulesFile := fs.String("rules", "", "the rules file (YAML, reloaded on change); empty: the RATE_LIMIT_* environment")
 	addr := fs.String("redis", envRedis(), "the Redis the gateway's nodes share (default $REDIS_ADDR; empty: local only)")
-	modeName := fs.String("mode", "async", "async or sync")
+	mode := modeFlag(fs)
 	trusted := fs.String("trusted-proxies", "", "proxies whose X-Forwarded-For is believed: addresses and CIDRs, comma-separated")
 	metricsPath := fs.String("metrics", "/metrics", "where Prometheus scrapes; empty for none")
 	healthPath := fs.String("health", "/healthz", "the health endpoint")
@@ -47,14 +47,6 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 	target, err := url.Parse(*upstream)
 	if err != nil || target.Scheme == "" || target.Host == "" {
 		return fmt.Errorf("-upstream %q: want an absolute URL such as http://127.0.0.1:9000", *upstream)
-	}
-	mode := hybrid.Async
-	switch *modeName {
-	case "async":
-	case "sync":
-		mode = hybrid.Sync
-	default:
-		return fmt.Errorf("unknown mode %q (want async or sync)", *modeName)
 	}
 	proxies, err := httpkey.ParseTrustedProxies(*trusted)
 	if err != nil {
@@ -98,7 +90,7 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 		client = redis.NewClient(&redis.Options{Addr: *addr})
 		defer client.Close()
 	}
-	lim, err := hybrid.New(hybrid.Config{Redis: client, Mode: mode, Prefix: "gw:", Logger: log, OnRound: rec.ObserveRound})
+	lim, err := hybrid.New(hybrid.Config{Redis: client, Mode: *mode, Prefix: "gw:", Logger: log, OnRound: rec.ObserveRound})
 	if err != nil {
 		return err
 	}
