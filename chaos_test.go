@@ -2,8 +2,6 @@ package hybridlimit_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/remote"
 )
 
 // The chaos suite: whole fleets against private redis-server processes (and
@@ -147,32 +144,6 @@ var scenarios = []scenario{
 		}},
 }
 
-// node is a fleet node that also spends every request on the audit key, and
-// keeps the slowest decision it made.
-type node struct {
-	l       *hybrid.Limiter
-	slowest atomic.Int64
-}
-
-func (n *node) AllowN(ctx context.Context, key string, lim hybrid.Limit, k int64) (hybrid.Decision, error) {
-	var d hybrid.Decision
-	for _, step := range []struct {
-		key string
-		lim hybrid.Limit
-	}{{"audit", audit}, {key, lim}} {
-		start := time.Now()
-		got, err := n.l.AllowN(ctx, step.key, step.lim, k)
-		took := int64(time.Since(start))
-		for s := n.slowest.Load(); took > s && !n.slowest.CompareAndSwap(s, took); s = n.slowest.Load() {
-		}
-		if err != nil {
-			return got, err
-		}
-		d = got
-	}
-	return d, nil
-}
-
 func clientOpts(o *redis.Options) {
 	o.MaxRetries = -1
 	o.DialTimeout = 200 * time.Millisecond
@@ -225,38 +196,14 @@ func runScenario(t *testing.T, sc scenario) {
 		}
 	}
 
-	nodes := make([]*node, chaosNodes)
-	deciders := make([]fleetsim.Decider, chaosNodes)
-	for i := range nodes {
-		l, err := hybrid.New(hybrid.Config{
-			Redis: nodeClient(), Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval,
-			RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond, Node: fmt.Sprintf("n%d", i),
-		})
-		require.NoError(t, err)
-		nodes[i] = &node{l: l}
-		deciders[i] = nodes[i]
-	}
-
-	// The load runs on its own goroutine; the faults on the test's, since
-	// causing them may fail the test.
-	type driven struct {
-		tl  *fleetsim.Timeline
-		err error
-	}
-	done := make(chan driven, 1)
-	start := time.Now()
-	go func() {
-		tl, err := fleetsim.Drive(context.Background(), deciders, fleetsim.Run{Key: "load", Limit: load, Duration: runFor},
-			fleetsim.Load{Rate: 2 * chaosRate})
-		done <- driven{tl, err}
-	}()
+	nodes := startFleet(t, hybrid.Config{Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval,
+		RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond}, nodeClient)
+	start, wait := driveInBackground(nodes, runFor)
 	time.Sleep(time.Until(start.Add(faultAt)))
 	sc.inject(t, e)
 	time.Sleep(time.Until(start.Add(healAt)))
 	sc.heal(t, e)
-	r := <-done
-	require.NoError(t, r.err)
-	tl := r.tl
+	tl := wait(t)
 
 	// 1. No Allow returned an error.
 	assert.NoError(t, tl.FirstError)
@@ -266,10 +213,7 @@ func runScenario(t *testing.T, sc scenario) {
 	if sc.mode == hybrid.Sync {
 		hang = redisTimeout + syncSlack
 	}
-	for i, n := range nodes {
-		slowest := time.Duration(n.slowest.Load())
-		assert.LessOrEqual(t, slowest, hang, "node %d: a decision took %v", i, slowest)
-	}
+	assertNoWait(t, nodes, hang)
 
 	// 3. Within the bound, while degraded and over the run. A wiped Redis
 	// forgot the spend before the fault: one more burst may pass again.
@@ -291,23 +235,10 @@ func runScenario(t *testing.T, sc scenario) {
 		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes))
 
 	// 4. The breaker closes after Redis returns.
-	for i, n := range nodes {
-		assert.Eventually(t, func() bool { return !n.l.Degraded() && n.l.Stats().Breaker.String() == "closed" },
-			15*time.Second, 20*time.Millisecond, "node %d recovers", i)
-	}
+	assertRecovers(t, nodes, 15*time.Second)
 
 	// 5. The spend is in Redis: flush every node, then read the audit key.
-	for i, n := range nodes {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		assert.NoError(t, n.l.Close(ctx), "node %d flushes", i)
-		cancel()
-		assert.Zero(t, n.l.Stats().Reconcile.LostSpend, "node %d lost no spend", i)
-	}
-	st, err := remote.New(e.direct, remote.Options{Prefix: e.prefix})
-	require.NoError(t, err)
-	d, err := st.AllowN(context.Background(), "audit", audit, 0)
-	require.NoError(t, err)
-	consumed := audit.Capacity() - d.Remaining
+	consumed := flushAndAudit(t, nodes, e.direct, e.prefix)
 	requests := int64(total.Offered)
 	if sc.wipes {
 		after := int64(0)
@@ -336,13 +267,4 @@ func runScenario(t *testing.T, sc scenario) {
 		assert.GreaterOrEqual(t, consumed, requests, "Redis holds every request, those made during the fault included")
 		assert.LessOrEqual(t, consumed, requests+timedOut+1, "and none twice (but for %d Sync calls that timed out)", timedOut)
 	}
-}
-
-// slowest is the slowest decision any node made.
-func slowest(nodes []*node) time.Duration {
-	var m int64
-	for _, n := range nodes {
-		m = max(m, n.slowest.Load())
-	}
-	return time.Duration(m)
 }

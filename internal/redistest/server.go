@@ -37,11 +37,12 @@ const (
 	// its cluster bus port (Redis' default for cluster-port 0).
 	busOffset = 10000
 
-	logFile     = "redis.log"
-	outFile     = "redis.out"
-	nodesFile   = "nodes.conf"
-	tailLines   = 30
-	tailMaxRead = 16 << 10
+	logFile      = "redis.log"
+	outFile      = "redis.out"
+	nodesFile    = "nodes.conf"
+	sentinelFile = "sentinel.conf"
+	tailLines    = 30
+	tailMaxRead  = 16 << 10
 )
 
 // launchError classifies why a launch failed when the port was taken. It is
@@ -93,9 +94,12 @@ type Server struct {
 	bin     string
 	dir     string
 	cluster bool
-	extra   []string
-	port    int    // fixed once Start returns
-	addr    string // fixed once Start returns
+	// sentinelConf, for a Sentinel, is the configuration its file starts
+	// with; the file then holds Sentinel's state and is kept across Restart.
+	sentinelConf string
+	extra        []string
+	port         int    // fixed once Start returns
+	addr         string // fixed once Start returns
 
 	mu      sync.Mutex
 	proc    *process // latest process, possibly exited; nil before the first launch
@@ -144,11 +148,18 @@ func Start(t testing.TB, opts ...Option) *Server {
 
 func start(t testing.TB, bin string, cluster bool, opts []Option) *Server {
 	t.Helper()
+	return launchNew(t, &Server{bin: bin, cluster: cluster}, opts)
+}
+
+// launchNew completes s, whose bin and role are set, and starts its first
+// process on a free port, retrying on another port when the port is taken.
+func launchNew(t testing.TB, s *Server, opts []Option) *Server {
+	t.Helper()
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{tb: t, bin: bin, dir: t.TempDir(), cluster: cluster, extra: o.args}
+	s.tb, s.dir, s.extra = t, t.TempDir(), o.args
 	// Registered after TempDir, so it runs before the directory is removed.
 	t.Cleanup(s.cleanup)
 
@@ -156,13 +167,18 @@ func start(t testing.TB, bin string, cluster bool, opts []Option) *Server {
 	defer s.mu.Unlock()
 	var errs []error
 	for range startAttempts {
-		port, err := freePort(cluster)
+		port, err := freePort(s.cluster)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if err := s.resetDir(false); err != nil {
 			t.Fatalf("redistest: %v", err)
+		}
+		if s.sentinelConf != "" {
+			if err := os.WriteFile(s.sentinelPath(), []byte(s.sentinelConf), 0o644); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
 		}
 		p, err := s.launch(port)
 		if err == nil {
@@ -262,7 +278,8 @@ func (s *Server) Resume() {
 // Restart kills the server if it is running (also when paused) and starts a
 // new process on the same port with an empty dataset, returning once it
 // answers. A cluster node keeps its nodes.conf, so it comes back as the same
-// node owning the same slots (see Cluster). Failure fails the test.
+// node owning the same slots (see Cluster); a Sentinel keeps its
+// configuration file, which holds its state. Failure fails the test.
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.mu.Lock()
@@ -270,7 +287,7 @@ func (s *Server) Restart() {
 	if s.proc != nil {
 		s.proc.kill()
 	}
-	if err := s.resetDir(s.cluster); err != nil {
+	if err := s.resetDir(true); err != nil {
 		s.tb.Fatalf("redistest: restarting %s: %v", s.addr, err)
 	}
 	// redis-server binds with SO_REUSEADDR, so TIME_WAIT from the old process
@@ -412,14 +429,21 @@ func freePort(bus bool) (int, error) {
 	return 0, fmt.Errorf("redistest: no free loopback port pair (port, port+%d): %v", busOffset, lastErr)
 }
 
-func (s *Server) logPath() string { return filepath.Join(s.dir, logFile) }
-func (s *Server) outPath() string { return filepath.Join(s.dir, outFile) }
+func (s *Server) logPath() string      { return filepath.Join(s.dir, logFile) }
+func (s *Server) outPath() string      { return filepath.Join(s.dir, outFile) }
+func (s *Server) sentinelPath() string { return filepath.Join(s.dir, sentinelFile) }
 
 // args returns the redis-server command line for port. Persistence is off
 // (empty save, no AOF) so a killed or restarted server always comes back
 // empty, and the log goes to a file so failures can quote it.
 func (s *Server) args(port int) []string {
-	a := []string{
+	var a []string
+	if s.sentinelConf != "" {
+		// Sentinel mode needs a configuration file, first, that it can
+		// rewrite; the other arguments are applied on top of it.
+		a = append(a, s.sentinelPath(), "--sentinel")
+	}
+	a = append(a,
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--daemonize", "no",
@@ -432,7 +456,7 @@ func (s *Server) args(port int) []string {
 		"--save", "",
 		"--appendonly", "no",
 		"--maxmemory-policy", "noeviction",
-	}
+	)
 	if s.cluster {
 		a = append(a,
 			"--cluster-enabled", "yes",
@@ -452,15 +476,16 @@ func (s *Server) args(port int) []string {
 }
 
 // resetDir removes everything from the server's directory except the logs
-// (and nodes.conf when keepNodes), so a launch starts with an empty dataset.
-func (s *Server) resetDir(keepNodes bool) error {
+// (and, when keepState, a cluster node's nodes.conf and a Sentinel's
+// configuration file), so a launch starts with an empty dataset.
+func (s *Server) resetDir(keepState bool) error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		switch name := e.Name(); {
-		case name == logFile, name == outFile, keepNodes && name == nodesFile:
+		case name == logFile, name == outFile, keepState && (name == nodesFile || name == sentinelFile):
 		default:
 			if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
 				return err
