@@ -281,6 +281,41 @@ func TestFallbacks(t *testing.T) {
 	})
 }
 
+// After a long outage a node holds unreported spend on many keys. It must
+// drain that backlog and leave degraded mode, however large the backlog:
+// a round that sent it all in one call would outlast every timeout and fail
+// forever.
+func TestRecoversWithALargeBacklog(t *testing.T) {
+	const keys = 100_000 // one call of them all takes Redis over a second
+	lim := Per(100, time.Hour)
+	outage(t, Config{}, func(l *Limiter, srv *redistest.Server) {
+		for i := range keys {
+			d, err := l.Allow(bg, fmt.Sprintf("backlog:%d", i), lim)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		srv.Restart()
+		// Every key acknowledged once (KeysSent counts the reports of calls
+		// that succeeded), nothing pending, and the breaker closed.
+		drained := func() bool {
+			st := l.Stats().Reconcile
+			return st.KeysSent >= keys && st.Pending == 0 && !l.Degraded()
+		}
+		require.Eventually(t, drained, 60*time.Second, 50*time.Millisecond, "the backlog drains")
+		assert.Zero(t, l.Stats().Reconcile.LostSpend)
+
+		n, err := srv.Do("DBSIZE")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, n, int64(keys), "every key's spend reached Redis")
+		sync := newLimiter(t, Config{Redis: client(t, srv), Mode: Sync})
+		for _, i := range []int{0, keys / 2, keys - 1} {
+			d, err := sync.AllowN(bg, fmt.Sprintf("backlog:%d", i), lim, 0)
+			require.NoError(t, err)
+			assert.Equal(t, int64(99), d.Remaining, "key %d: its one request is in Redis", i)
+		}
+	})
+}
+
 func TestCloseFlushesUnreportedSpend(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)

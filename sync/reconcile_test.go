@@ -3,7 +3,11 @@ package reconcile
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,4 +228,114 @@ func TestNewChecksItsInputs(t *testing.T) {
 	_, err = New(Config{Interval: -1}, f.r.deps)
 	assert.Error(t, err)
 	assert.Equal(t, DefaultInterval, f.r.Interval())
+}
+
+// batchHook records, for every pipeline a client sends, how many keys its
+// script calls carry, and can act once a given pipeline has returned.
+type batchHook struct {
+	mu      sync.Mutex
+	keys    []int // per pipeline
+	after   int   // run then after this many pipelines (0: never)
+	then    func()
+	started bool
+}
+
+func (h *batchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *batchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *batchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		keys := 0
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 2 && (c.Name() == "evalsha" || c.Name() == "eval") {
+				n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+				keys += n
+			}
+		}
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		h.keys = append(h.keys, keys)
+		fire := h.after > 0 && len(h.keys) == h.after && !h.started
+		if fire {
+			h.started = true
+		}
+		h.mu.Unlock()
+		if fire {
+			h.then()
+		}
+		return err
+	}
+}
+
+func (h *batchHook) pipelines() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.keys)
+}
+
+// warmUp runs a round with one key, so Redis has the scripts and the
+// calls counted after it are the batches alone.
+func warmUp(t *testing.T, f *fixture) {
+	t.Helper()
+	require.True(t, f.allow(t, "warm-up", limit.PerSecond(1), 1))
+	require.NoError(t, f.r.Round(bg))
+}
+
+func spendOnKeys(t *testing.T, f *fixture, n int, lim limit.Limit) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%d", i)
+		require.True(t, f.allow(t, keys[i], lim, 1))
+	}
+	return keys
+}
+
+// A round of many keys goes out in batches of at most BatchSize keys, each
+// its own call: no single call grows with the round, so a node with a
+// large backlog (after an outage) never has a call that must time out.
+func TestRoundSendsInBatches(t *testing.T) {
+	f := newFixture(t, Config{BatchSize: 1000})
+	warmUp(t, f)
+	hook := &batchHook{}
+	f.store.Client().AddHook(hook)
+	spendOnKeys(t, f, 4500, limit.Per(100, time.Hour))
+
+	require.NoError(t, f.r.Round(bg))
+	// Each call also carries the heartbeat's key.
+	assert.Equal(t, []int{1001, 1001, 1001, 1001, 501}, hook.pipelines())
+	st := f.r.Stats()
+	assert.Equal(t, uint64(1+4500), st.KeysSent)
+	assert.Zero(t, st.Pending)
+
+	// A round with nothing to report still beats the heartbeat: one call.
+	require.NoError(t, f.r.Round(bg))
+	assert.Len(t, hook.pipelines(), 6)
+}
+
+// When a batch fails, the round stops there: the batches before it are
+// acknowledged, the rest (and the failed one) wait for the next round, and
+// nothing is counted twice even though the failed batch reached Redis late.
+func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
+	f := newFixture(t, Config{BatchSize: 1000, BatchTimeout: 200 * time.Millisecond})
+	warmUp(t, f)
+	hook := &batchHook{after: 1, then: f.srv.Pause}
+	f.store.Client().AddHook(hook)
+	lim := limit.Per(100, time.Hour)
+	keys := spendOnKeys(t, f, 3000, lim)
+
+	require.Error(t, f.r.Round(bg), "the second batch meets a stopped Redis")
+	st := f.r.Stats()
+	assert.Equal(t, uint64(1+1000), st.KeysSent, "the first batch was applied")
+	assert.Equal(t, 2000, st.Pending, "the rest is kept")
+
+	f.srv.Resume() // the abandoned second batch now runs in Redis, too
+	require.Eventually(t, func() bool { return f.r.Round(bg) == nil }, 5*time.Second, 60*time.Millisecond)
+	assert.Zero(t, f.r.Stats().Pending)
+	for _, k := range keys {
+		d, err := f.store.AllowN(bg, k, lim, 0)
+		require.NoError(t, err)
+		require.Equal(t, int64(99), d.Remaining, "%s: spent once, counted once", k)
+	}
 }
