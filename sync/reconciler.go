@@ -330,7 +330,7 @@ type Stats struct {
 	Rounds, RoundErrors uint64        // rounds run, and those that failed
 	KeysSent            uint64        // reports sent in successful rounds
 	LostSpend           uint64        // weight dropped: buffer full, or a key Redis refuses
-	Pending             int           // keys with spend Redis has not acknowledged
+	Pending             int           // keys with spend Redis has not acknowledged, as of the last round that took spend
 	Nodes               int           // nodes active in the fleet at the last round
 	LastRound           time.Duration // the last round's duration
 }
