@@ -1,7 +1,6 @@
 package hybridlimit_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -32,13 +31,9 @@ import (
 //  6. no goroutine leaks (goleak, in TestMain).
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{}) // go-redis logs every dial the outages fail
+	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
 	goleak.VerifyTestMain(m)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 const (
 	chaosNodes    = 3

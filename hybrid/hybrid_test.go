@@ -18,15 +18,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// go-redis logs every failed dial; the outages these tests cause on
-	// purpose would bury the output.
-	redis.SetLogger(quietLogger{})
+	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
 	goleak.VerifyTestMain(m)
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 var bg = context.Background()
 

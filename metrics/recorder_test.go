@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -11,13 +10,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/middleware"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
@@ -30,13 +29,9 @@ var _ middleware.Observer = (*Recorder)(nil)
 var _ = reconcile.Config{OnRound: (&Recorder{}).ObserveRound}
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietLogger{}) // the outages the tests cause would bury the output
+	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
 	goleak.VerifyTestMain(m)
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // newRecorder returns a Recorder on a fresh registry.
 func newRecorder(t testing.TB, opts Options) (*Recorder, *prometheus.Registry) {

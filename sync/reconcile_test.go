@@ -25,13 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{})
+	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
 	goleak.VerifyTestMain(m)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
 
 var bg = context.Background()
 
