@@ -27,6 +27,13 @@ const (
 	// 2^53 integers Redis Lua numbers represent exactly.
 	MaxSpan = time.Duration(1 << 52)
 
+	// MaxWindowPeriod bounds Period for the window algorithms: ten years.
+	// Their state is a window index and counts, never a time in
+	// nanoseconds, and Redis keeps their period in microseconds, so a
+	// window may be far longer than MaxSpan: a day, a month of 30 days or
+	// a year of 365, as envoyproxy/ratelimit's units are.
+	MaxWindowPeriod = 10 * 366 * 24 * time.Hour
+
 	// MaxWindowRate bounds Rate for the window algorithms, whose counts the
 	// local engine scales by a node's share (2^15), with room for a window of
 	// debt, without overflowing int64.
@@ -73,7 +80,8 @@ type Limit struct {
 	Rate int64
 	// Period is the length of time Rate is spread over: the window of the
 	// window algorithms. Must be > 0; for the window algorithms, a whole
-	// number of microseconds (Redis TIME's resolution) and at most MaxSpan.
+	// number of microseconds (Redis TIME's resolution) and at most
+	// MaxWindowPeriod; for the buckets, Burst×Period/Rate is at most MaxSpan.
 	Period time.Duration
 	// Burst is the bucket capacity of TokenBucket (how many requests may pass
 	// at once) and the queue capacity of LeakyBucket's Reserve. Zero means
@@ -150,8 +158,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: burst %d set on %v, which has no burst", ErrInvalidLimit, l.Burst, l.Algorithm)
 	case l.Period%time.Microsecond != 0:
 		return fmt.Errorf("%w: period %v of %v must be a whole number of microseconds", ErrInvalidLimit, l.Period, l.Algorithm)
-	case l.Period > MaxSpan:
-		return fmt.Errorf("%w: period %v exceeds %v", ErrInvalidLimit, l.Period, MaxSpan)
+	case l.Period > MaxWindowPeriod:
+		return fmt.Errorf("%w: period %v of %v exceeds %v", ErrInvalidLimit, l.Period, l.Algorithm, MaxWindowPeriod)
 	case l.Rate > MaxWindowRate:
 		return fmt.Errorf("%w: rate %d of %v exceeds %d", ErrInvalidLimit, l.Rate, l.Algorithm, int64(MaxWindowRate))
 	case l.Algorithm == SlidingWindowLog && l.Rate > MaxLogRate:
