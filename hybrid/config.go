@@ -118,9 +118,34 @@ type Config struct {
 	// ActiveWindow is how long a node counts as active on a key, and in the
 	// fleet, after its last report. Zero means 50 intervals, at least 1 s.
 	ActiveWindow time.Duration
-	// MaxKeys bounds the keys held in memory (least recently used are
-	// evicted; their unreported spend is kept). Zero means 1,048,576.
+	// MaxKeys bounds the (key, limit) states held in memory: the least
+	// recently used are evicted, their unreported spend is kept for the
+	// reconciler, and a sketch remembers how spent they were, so an evicted
+	// key never comes back with a burst it had used. Zero means 1,048,576.
+	// About 200 bytes a key (docs/benchmarks.md).
 	MaxKeys int
+	// MaxPending bounds the keys the reconciler keeps counts for: keys
+	// reported recently, and keys with spend Redis has not acknowledged
+	// (through an outage, every key spent on past its report threshold).
+	// Spend beyond it is dropped, counted in Stats and logged once per
+	// round. Zero means 1,048,576; about 150 bytes a key.
+	MaxPending int
+	// MaxReports bounds the keys one reconciliation round reports, the most
+	// pressing first (denied and too-heavy requests, leases to renew, spend
+	// past its threshold, then spend of evicted keys), so that however many
+	// keys a node holds, the keys under pressure are reconciled on time.
+	// Zero means 8,000.
+	MaxReports int
+	// Lease is how long a share of a key that Redis grants this node holds
+	// before it lapses back to an even split of the fleet, unless the node
+	// renews it while using the key. Shares granted never add up to more
+	// than the whole limit among leases that have not lapsed. Zero means 50
+	// intervals, at least 1 s.
+	Lease time.Duration
+	// ShortLease is how long a share larger than an even split of the fleet
+	// holds: how soon a node that took most of a key gives way to nodes
+	// that join it. Zero means 5 intervals, at least a tenth of Lease.
+	ShortLease time.Duration
 	// Node names this node in Redis. Zero means host name, process id and a
 	// random suffix.
 	Node string
@@ -161,11 +186,13 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: unknown mode %d", c.Mode)
 	case c.Fallback < Conservative || c.Fallback > FailClosed:
 		return c, fmt.Errorf("hybrid: unknown fallback %d", c.Fallback)
-	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0:
-		return c, fmt.Errorf("hybrid: negative duration in config (interval %v, redis timeout %v, open for %v, active window %v, startup %v)",
-			c.SyncInterval, c.RedisTimeout, c.BreakerOpenFor, c.ActiveWindow, c.StartupTimeout)
-	case c.FleetSize < 0 || c.MaxKeys < 0:
-		return c, fmt.Errorf("hybrid: negative fleet size %d or max keys %d", c.FleetSize, c.MaxKeys)
+	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0, c.Lease < 0, c.ShortLease < 0:
+		return c, fmt.Errorf("hybrid: negative duration in config (interval %v, redis timeout %v, open for %v, active window %v, startup %v, lease %v, short lease %v)",
+			c.SyncInterval, c.RedisTimeout, c.BreakerOpenFor, c.ActiveWindow, c.StartupTimeout, c.Lease, c.ShortLease)
+	case c.FleetSize < 0 || c.MaxKeys < 0 || c.MaxPending < 0 || c.MaxReports < 0:
+		return c, fmt.Errorf("hybrid: negative fleet size %d, max keys %d, max pending %d or max reports %d", c.FleetSize, c.MaxKeys, c.MaxPending, c.MaxReports)
+	case c.Lease != 0 && c.ShortLease > c.Lease:
+		return c, fmt.Errorf("hybrid: short lease %v is longer than the lease %v", c.ShortLease, c.Lease)
 	case c.SyncInterval != 0 && c.SyncInterval < time.Millisecond:
 		return c, fmt.Errorf("hybrid: sync interval %v is below 1ms", c.SyncInterval)
 	}
@@ -177,6 +204,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ActiveWindow == 0 {
 		c.ActiveWindow = max(50*c.SyncInterval, time.Second)
+	}
+	if c.Lease == 0 {
+		c.Lease = max(50*c.SyncInterval, time.Second)
+	}
+	if c.ShortLease == 0 {
+		c.ShortLease = min(max(5*c.SyncInterval, c.Lease/10), c.Lease)
 	}
 	if c.StartupTimeout == 0 {
 		c.StartupTimeout = DefaultStartupTimeout

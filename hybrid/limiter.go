@@ -92,7 +92,8 @@ func New(cfg Config) (*Limiter, error) {
 // connect builds the Redis side and makes first contact.
 func (l *Limiter) connect() error {
 	cfg := l.cfg
-	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow})
+	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow,
+		Lease: cfg.Lease, ShortLease: cfg.ShortLease})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
@@ -114,6 +115,8 @@ func (l *Limiter) connect() error {
 		Interval:     cfg.SyncInterval,
 		FleetSize:    cfg.FleetSize,
 		ActiveWindow: cfg.ActiveWindow,
+		MaxPending:   cfg.MaxPending,
+		MaxReports:   cfg.MaxReports,
 		Logger:       cfg.Logger,
 		OnRound:      l.afterRound,
 	}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
@@ -228,16 +231,44 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (D
 		return l.degraded(key, lim, n)
 	}
 	res, err := l.engine.AllowN(l.now(), key, lim, n)
-	return Decision{Result: res, Source: Local}, err
+	switch err {
+	case nil:
+		return Decision{Result: res, Source: Local}, nil
+	case local.ErrEscalate:
+		return l.escalate(ctx, key, lim, n)
+	case local.ErrFaulted:
+		return l.degraded(key, lim, n) // Redis refuses this key: the fallback decides it
+	}
+	return Decision{}, err
 }
 
-// syncAllow decides in Redis, or from memory when Redis fails.
+// escalate decides in Redis a request heavier than this node's share of the
+// key could ever admit: Redis holds the fleet's state, so the request passes
+// when the fleet has room for it, on whichever node it lands. It waits on
+// Redis (at most RedisTimeout, and ctx), unless the breaker is open: then,
+// and when Redis fails, it is decided under the fallback.
+func (l *Limiter) escalate(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
+	if l.breaker.State() == breaker.Open {
+		return l.degraded(key, lim, n)
+	}
+	esc, err := l.reconciler.Escalate(ctx, key, lim, n, l.cfg.RedisTimeout)
+	if err != nil {
+		return l.degraded(key, lim, n)
+	}
+	return Decision{Result: remote.ResultAt(lim, esc.State, esc.Now, n, esc.Admitted), Source: Remote}, nil
+}
+
+// syncAllow decides in Redis, or from memory when Redis fails. A call that
+// timed out may still have reached Redis: its request, decided again in
+// memory and admitted there, is reported naming the call, so it is counted
+// once either way.
 func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
 	if l.breaker.State() == breaker.Open {
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
+	seq := l.reconciler.NextSeq()
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
-		return l.store.AllowN(ctx, key, lim, n)
+		return l.store.AllowNSeq(ctx, key, lim, n, seq)
 	})
 	if err == nil {
 		l.keepWarm(key, lim, d)
@@ -246,7 +277,17 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	if isCallerError(err) {
 		return Decision{}, err
 	}
-	return l.degraded(key, lim, n)
+	dec, derr := l.degraded(key, lim, n)
+	if derr == nil && dec.Allowed && n > 0 && mayHaveRun(err) {
+		l.reconciler.Uncertain(key, lim, seq, n)
+	}
+	return dec, derr
+}
+
+// mayHaveRun reports whether a failed call may nonetheless have run in
+// Redis: it timed out after it was sent.
+func mayHaveRun(err error) bool {
+	return errors.Is(err, breaker.ErrTimeout) || errors.Is(err, remote.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // keepWarm copies a key's global state into memory after a Sync decision,
@@ -255,27 +296,17 @@ func (l *Limiter) keepWarm(key string, lim Limit, d remote.Decision) {
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return
 	}
-	share := local.ShareAmong(l.fleet())
-	_ = l.engine.Seed(l.now(), key, lim, d.State, share, 0) // validated by the decision
+	_ = l.engine.Seed(l.now(), key, lim, d.State, l.engine.DefaultShare(), 0, false) // validated by the decision
 }
 
-// fleet is the number of nodes the limit is divided among by default.
-func (l *Limiter) fleet() int {
-	if l.cfg.FleetSize > 0 {
-		return l.cfg.FleetSize
-	}
-	if l.reconciler != nil {
-		return max(l.reconciler.Stats().Nodes, 1)
-	}
-	return 1
-}
-
-// degraded decides from memory under the fallback.
+// degraded decides from memory under the fallback: while Redis is out of
+// reach, and for a key Redis refuses. Conservative decides in one share over
+// the fleet.
 func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 	now := l.now()
 	switch l.cfg.Fallback {
 	case FailOpen:
-		res, err := l.engine.AllowN(now, key, lim, n)
+		res, err := l.engine.AllowDegraded(now, key, lim, n)
 		if err != nil {
 			return Decision{}, err
 		}
@@ -287,7 +318,7 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		}
 		return Decision{Result: res, Source: Degraded}, nil
 	case FailClosed:
-		res, err := l.engine.AllowN(now, key, lim, 0) // validates, and reports without spending
+		res, err := l.engine.AllowDegraded(now, key, lim, 0) // validates, and reports without spending
 		if err != nil {
 			return Decision{}, err
 		}
@@ -295,7 +326,7 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
-	res, err := l.engine.AllowN(now, key, lim, n)
+	res, err := l.engine.AllowDegraded(now, key, lim, n)
 	return Decision{Result: res, Source: Degraded}, err
 }
 

@@ -310,15 +310,35 @@ func TestTimeGoingBackwardsNeverRefillsTwice(t *testing.T) {
 	}
 }
 
-func TestLimitChangeOnALiveKey(t *testing.T) {
+func TestSeveralLimitsOnOneKeyAreIndependent(t *testing.T) {
+	// A client under a per-second and a per-hour limit at once: each limit
+	// has its own state, and deciding under one never resets the other.
 	e := newEngine(t, Config{})
-	_, err := e.AllowN(t0, "k", limit.PerSecond(10), 10)
-	require.NoError(t, err)
-	// A higher rate on the same algorithm keeps the TAT: the bucket is still
-	// empty, and refills at the new rate.
-	res, _ := e.AllowN(t0, "k", limit.PerSecond(20), 1)
-	assert.False(t, res.Allowed)
-	// A new algorithm starts afresh.
-	res, _ = e.AllowN(t0, "k", limit.PerSecond(10).WithAlgorithm(limit.FixedWindow), 10)
-	assert.True(t, res.Allowed)
+	perSecond, perHour := limit.PerSecond(10), limit.PerHour(25)
+	admitted := map[limit.Limit]int{}
+	for i := range 60 {
+		now := at(time.Duration(i) * 50 * time.Millisecond) // 20/s for 3 s
+		for _, lim := range []limit.Limit{perSecond, perHour} {
+			res, err := e.AllowN(now, "client", lim, 1)
+			require.NoError(t, err)
+			if res.Allowed {
+				admitted[lim]++
+			}
+		}
+	}
+	assert.Equal(t, 25, admitted[perHour], "the hourly burst, spent once, not refilled by the other limit")
+	assert.Equal(t, 10+29, admitted[perSecond], "the burst, and 10/s over the 2.95 s from the first request to the last")
+	assert.Equal(t, 2, e.Len(), "two states for one key")
+
+	// Three limits of one algorithm that differ only in rate stay apart too.
+	for _, rate := range []int64{5, 6, 7} {
+		lim := limit.PerMinute(rate).WithAlgorithm(limit.FixedWindow)
+		n := 0
+		for range 10 {
+			if res, _ := e.AllowN(t0, "shared", lim, 1); res.Allowed {
+				n++
+			}
+		}
+		assert.Equal(t, int(rate), n)
+	}
 }

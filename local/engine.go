@@ -7,6 +7,10 @@
 // bounds the number of keys, and the algorithm updates a few int64 words. A
 // decision on a key already present allocates nothing.
 //
+// State belongs to a (key, limit) pair: one key under several limits (a
+// client under a per-second and a per-hour limit, or under several endpoint
+// rules) holds one independent state per limit.
+//
 // Every method takes the time as a parameter (Unix nanoseconds), as
 // golang.org/x/time/rate's *N methods do, so tests walk fixed instants and
 // the hybrid limiter can decide on Redis's timeline. Time that goes backwards
@@ -20,6 +24,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/hybridlimit/hybridlimit/internal/ratemath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -27,30 +32,45 @@ import (
 // zero.
 const DefaultMaxKeys = 1 << 20
 
+// keysPerShard is the fewest keys a shard is meant to hold on average: a
+// small MaxKeys gets fewer shards rather than shards too small to absorb the
+// unevenness of hashing.
+const keysPerShard = 64
+
 // Config configures an Engine. The zero value is usable: default shards,
 // DefaultMaxKeys, no spend tracking.
 type Config struct {
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two. Zero means 64 per CPU (GOMAXPROCS), at least 256: with
-	// that many, two deciders rarely meet on one lock.
+	// power of two. Zero means 64 per CPU (GOMAXPROCS), at least 256, and at
+	// most one per 64 keys of MaxKeys: with that many, two deciders rarely
+	// meet on one lock.
 	Shards int
-	// MaxKeys bounds the keys held; the least recently used key of a full
-	// shard is evicted (its unreported spend is kept for TakeSpend). Zero
-	// means DefaultMaxKeys. Each shard holds at most MaxKeys/Shards.
+	// MaxKeys bounds the (key, limit) states held; beyond it the least
+	// recently used key of the shard a new key lands in is evicted (its
+	// unreported spend is kept for the reconciler, and a sketch remembers
+	// how spent it was, so it does not come back with a fresh burst). Zero
+	// means DefaultMaxKeys. The bound is the engine's, not a shard's: it
+	// holds MaxKeys keys whatever their spread over shards, give or take a
+	// few while a shard that holds none takes its first.
 	MaxKeys int
-	// TrackSpend records, per key, what was admitted and asked for since the
-	// last TakeSpend: the hybrid limiter's reconciler needs it. Leave it off
-	// for a purely local limiter, where nobody would take it.
+	// TrackSpend records, per key, what was admitted and asked for, and
+	// which keys are due for a report: the hybrid limiter's reconciler
+	// needs it. Leave it off for a purely local limiter, where nobody would
+	// take it.
 	TrackSpend bool
 }
 
 // Engine holds the state of many keys. It is safe for concurrent use; the
 // zero value is not usable, call New.
 type Engine struct {
-	seed   maphash.Seed
-	mask   uint64
-	shards []shard
-	track  bool
+	seed    maphash.Seed
+	mask    uint64
+	shards  []shard
+	track   bool
+	maxKeys int64
+	keys    atomic.Int64 // states held, extras included
+	evicted lazySketch // made on the first eviction of a key not yet fresh
+	dropped atomic.Uint64 // spend dropped because a shard's orphans were full
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -58,23 +78,43 @@ type Engine struct {
 	newKey     atomic.Uint32 // the Share a new key starts with
 }
 
+// maxNodes bounds a fleet size the engine divides by.
+const maxNodes = 1 << 15
+
+// Errors AllowN returns for a request the node cannot decide alone. Neither
+// changes any state.
+var (
+	// ErrEscalate: the request is heavier than this node's share of the
+	// limit can ever admit (its weight is above the share of the burst), so
+	// only the fleet's state can decide it. The hybrid limiter asks Redis.
+	ErrEscalate = errors.New("local: request heavier than this node's share")
+	// ErrFaulted: Redis refused this key's state (a key of another type
+	// under the limiter's prefix): decide it under the fallback.
+	ErrFaulted = errors.New("local: key faulted in redis")
+)
+
 // New returns an Engine configured by cfg.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Shards < 0 || cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("local: negative shards %d or max keys %d", cfg.Shards, cfg.MaxKeys)
 	}
-	shards := cfg.Shards
-	if shards == 0 {
-		shards = max(64*runtime.GOMAXPROCS(0), 256)
-	}
-	shards = ceilPow2(shards)
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
 		maxKeys = DefaultMaxKeys
 	}
-	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards), track: cfg.TrackSpend}
+	shards := cfg.Shards
+	if shards == 0 {
+		shards = min(max(64*runtime.GOMAXPROCS(0), 256), max(maxKeys/keysPerShard, 1))
+	}
+	shards = ceilPow2(shards)
+	// Each shard may hold twice its even part, so hashing's unevenness never
+	// evicts while the engine has room; the engine's count enforces MaxKeys.
+	perShard := 2*((maxKeys+shards-1)/shards) + 8
+	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards),
+		track: cfg.TrackSpend, maxKeys: int64(maxKeys)}
+	e.evicted.width = maxKeys / 4
 	for i := range e.shards {
-		if err := e.shards[i].init(max(maxKeys/shards, 1)); err != nil {
+		if err := e.shards[i].init(e, perShard); err != nil {
 			return nil, fmt.Errorf("local: %w", err)
 		}
 	}
@@ -90,21 +130,45 @@ func ceilPow2(n int) int {
 	return p
 }
 
-func (e *Engine) shardFor(key string) *shard {
-	return &e.shards[maphash.String(e.seed, key)&e.mask]
+// hash is a key's seeded hash: it picks the shard, and with the limit, the
+// cells of the sketch of evicted keys.
+func (e *Engine) hash(key string) uint64 { return maphash.String(e.seed, key) }
+
+func (e *Engine) shardOf(h uint64) *shard { return &e.shards[h&e.mask] }
+
+// limitHash mixes a limit into a key's hash.
+func limitHash(h uint64, lim limit.Limit) uint64 {
+	x := uint64(lim.Rate)*0x9e3779b97f4a7c15 ^ uint64(lim.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(lim.Burst)*0x165667b19e3779f9 ^ uint64(lim.Algorithm)
+	return h ^ mix(x)
 }
 
 // AllowN decides whether a request of weight n for key may pass at now (Unix
 // nanoseconds) under lim, and spends n if so. n == 0 reports the state
-// without spending. Errors are for what the caller got wrong: an invalid key
-// or limit, or n beyond the limit's capacity.
-func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (res limit.Result, err error) {
+// without spending. Errors are for what the caller got wrong (an invalid key
+// or limit, or n beyond the limit's capacity), or, with spend tracking on,
+// ErrEscalate and ErrFaulted for a request this node cannot decide alone.
+func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
+	return e.decide(now, key, lim, n, false)
+}
+
+// AllowDegraded decides like AllowN, but in the degraded share (one over the
+// fleet) and never escalating: a request heavier than that share is admitted
+// only while the node's allowance is full, and then paid back before the
+// node admits again. It is how a node decides while Redis is out of reach,
+// and for a faulted key.
+func (e *Engine) AllowDegraded(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
+	return e.decide(now, key, lim, n, true)
+}
+
+func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degraded bool) (res limit.Result, err error) {
 	if err := limit.CheckKey(key); err != nil {
 		return res, err
 	}
-	sh := e.shardFor(key)
+	h := e.hash(key)
+	sh := e.shardOf(h)
 	sh.mu.Lock()
-	en, err := sh.lookup(key, lim, Share(e.newKey.Load()))
+	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
 	}
@@ -113,8 +177,22 @@ func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (res li
 		return res, err
 	}
 	now = sh.clamp(now)
-	en.setShare(e.shareFor(en))
+	degraded = degraded || e.degraded.Load()
+	if degraded {
+		en.setShare(e.degradedShare())
+	} else if !en.has(flagLeased) {
+		en.setShare(Share(e.newKey.Load())) // the default share follows the fleet's size
+	}
+	if !degraded && e.track && en.has(flagFault) {
+		sh.mu.Unlock()
+		return res, ErrFaulted
+	}
 	p := en.pol
+	if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
+		en.set(flagPressure)
+		sh.mu.Unlock()
+		return res, ErrEscalate
+	}
 	res.Limit = p.lim
 	switch p.lim.Algorithm {
 	case limit.TokenBucket:
@@ -131,10 +209,16 @@ func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (res li
 		slidingLog(&res, &en.st, sh.logOf(en), now, p, n, en.share)
 	}
 	if e.track && n > 0 {
-		sh.record(key, en, n, res.Allowed)
+		sh.record(key, en, n, res.Allowed, degraded, now)
 	}
 	sh.mu.Unlock()
 	return res, nil
+}
+
+// heavy reports whether a request of weight n can never fit in share s of
+// p's capacity: the node's allowance alone could never admit it.
+func heavy(p *policy, n int64, s Share) bool {
+	return s < ShareOne && n*int64(ShareOne) > int64(s)*p.capacity
 }
 
 // RecordN notes that a request of weight n for key was admitted without the
@@ -145,21 +229,23 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 	if err := limit.CheckKey(key); err != nil {
 		return err
 	}
-	sh := e.shardFor(key)
+	h := e.hash(key)
+	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	en, err := sh.lookup(key, lim, Share(e.newKey.Load()))
+	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
 	}
 	if err != nil {
 		return err
 	}
+	now = sh.clamp(now)
 	if !lim.Algorithm.IsBucket() && lim.Algorithm != limit.SlidingWindowLog {
-		sh.rollWindow(key, en, sh.clamp(now))
+		sh.rollWindow(key, en, now)
 	}
 	if e.track && n > 0 {
-		sh.record(key, en, n, true)
+		sh.record(key, en, n, true, true, now)
 	}
 	return nil
 }
@@ -179,10 +265,11 @@ func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64) (limi
 	if err := limit.CheckKey(key); err != nil {
 		return limit.Reservation{}, err
 	}
-	sh := e.shardFor(key)
+	h := e.hash(key)
+	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	en, err := sh.lookup(key, lim, Share(e.newKey.Load()))
+	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
 	}
@@ -190,10 +277,13 @@ func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64) (limi
 		return limit.Reservation{}, err
 	}
 	now = sh.clamp(now)
-	en.setShare(e.shareFor(en))
+	degraded := e.degraded.Load()
+	if degraded {
+		en.setShare(e.degradedShare())
+	}
 	r := leakyQueue(&en.st, now, en.pol, n, en.share)
 	if e.track && n > 0 {
-		sh.record(key, en, n, r.Allowed)
+		sh.record(key, en, n, r.Allowed, degraded, now)
 	}
 	return r, nil
 }
@@ -208,110 +298,224 @@ func (e *Engine) CancelN(now int64, key string, lim limit.Limit, n int64) error 
 	if n <= 0 || limit.CheckKey(key) != nil {
 		return nil
 	}
-	sh := e.shardFor(key)
+	h := e.hash(key)
+	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	en, ok := sh.keys.Peek(key)
-	if !ok || en.pol.lim != lim {
+	en := sh.peek(key, lim)
+	if en == nil {
 		return nil
 	}
 	cancelReservation(&en.st, sh.clamp(now), en.pol, n, en.share)
-	en.spent = max(en.spent-n, 0)
+	en.spent = uint32(max(int64(en.spent)-n, 0))
 	return nil
 }
 
-// Seed sets key's state from the global state g that Redis holds (on Redis's
-// timeline), expressed in this node's share s of the limit, with nodes the
-// number of nodes active on the key. Spend this node made and has not yet had
-// taken is added on top, counted 1/s times as the node's own decisions are.
-// The sliding window log has no global state to seed from; Seed leaves its
-// log as it is.
-func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s Share, nodes int) error {
+// peek returns the entry of (key, lim) if the shard holds it, without
+// touching recency.
+func (sh *shard) peek(key string, lim limit.Limit) *entry {
+	en, ok := sh.keys.Peek(key)
+	if !ok {
+		return nil
+	}
+	if en.pol.lim == lim {
+		return en
+	}
+	if en.has(flagExtras) {
+		for _, x := range sh.extras[key] {
+			if x.pol.lim == lim {
+				return x
+			}
+		}
+	}
+	return nil
+}
+
+// Seed sets the state of (key, lim) from the global state g that Redis holds
+// (on Redis's timeline), expressed in this node's share s of the limit.
+// Spend this node made that g does not hold yet is added on top, counted 1/s
+// times as the node's own decisions are: what the engine has not had taken,
+// and pending, which the caller took but Redis has not acknowledged. The
+// sliding window log has no global state to seed from; Seed leaves its log
+// as it is. leased marks a share Redis granted under a lease (the caller
+// tracks it and calls SetShare when it lapses).
+func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s Share, pending int64, leased bool) error {
 	if err := limit.CheckKey(key); err != nil {
 		return err
 	}
 	s = min(max(s, 1), ShareOne)
-	sh := e.shardFor(key)
+	h := e.hash(key)
+	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	en, err := sh.lookup(key, lim, s)
+	en, err := sh.lookup(key, h, lim, s)
 	if err != nil {
 		return err
 	}
 	now = sh.clamp(now)
-	en.setNodes(nodes)
+	if leased {
+		en.set(flagLeased)
+	} else {
+		en.clear(flagLeased)
+	}
 	en.setShare(s)
+	pending = max(pending, 0)
 	switch p := en.pol; lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		// Never trust a state further ahead than a full tolerance of debt.
-		seedTAT(&en.st, p, s, min(max(g.TAT, 0), now+2*p.tolerance), en.spent)
+		seedTAT(&en.st, p, s, max(g.TAT, 0), pending+int64(en.spent))
 	case limit.FixedWindow, limit.SlidingWindowCounter:
-		w := sh.rollWindow(key, en, now)
+		w := sh.rollWindow(key, en, now) // spend of a window left behind goes to the orphans
 		if g.Window > w {
 			return nil // Redis is a window ahead of this node's clock: wait for the next round
 		}
-		g.Count = min(max(g.Count, 0), 2*lim.Rate)
-		g.Prev = min(max(g.Prev, 0), 2*lim.Rate)
+		if g.Window < w {
+			pending = 0 // the caller's pending spend belongs to a window left behind
+		}
+		g.Count = min(max(g.Count, 0), 4*lim.Rate)
+		g.Prev = min(max(g.Prev, 0), 4*lim.Rate)
 		if lim.Algorithm == limit.FixedWindow {
-			seedFixed(&en.st, w, s, g, en.spent)
+			seedFixed(&en.st, w, s, g, pending+int64(en.spent))
 		} else {
-			seedSliding(&en.st, w, s, g, en.spent)
+			seedSliding(&en.st, w, s, g, pending+int64(en.spent))
 		}
 	}
 	return nil
+}
+
+// SetShare changes the share of (key, lim), if the engine holds it, keeping
+// the global estimate its state stands for: the reconciler's way to end a
+// lapsed lease. It returns whether the key was held.
+func (e *Engine) SetShare(key string, lim limit.Limit, s Share) bool {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return false
+	}
+	en.clear(flagLeased)
+	en.setShare(min(max(s, 1), ShareOne))
+	return true
+}
+
+// SetFault marks (key, lim) as refused by Redis, so that AllowN returns
+// ErrFaulted for it until the mark is cleared, or clears the mark.
+func (e *Engine) SetFault(key string, lim limit.Limit, on bool) {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		if !on {
+			return
+		}
+		var err error
+		if en, err = sh.lookup(key, h, lim, Share(e.newKey.Load())); err != nil {
+			return
+		}
+	}
+	if on {
+		en.set(flagFault)
+	} else {
+		en.clear(flagFault)
+	}
+}
+
+// Estimate returns this node's estimate of the global state of (key, lim),
+// on Redis's timeline, and whether the engine holds the key: what a node
+// offers Redis to restore from when Redis lost the key.
+func (e *Engine) Estimate(key string, lim limit.Limit) (limit.State, bool) {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return limit.State{}, false
+	}
+	s := int64(max(en.share, 1))
+	switch lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		return limit.State{TAT: en.st[0]}, true
+	case limit.FixedWindow:
+		return limit.State{Window: en.st[0], Count: en.st[1] / s}, true
+	case limit.SlidingWindowCounter:
+		return limit.State{Window: en.st[0], Prev: en.st[1] / s, Count: en.st[2] / s}, true
+	}
+	return limit.State{}, false
 }
 
 // SetFleet tells the engine how many nodes share its limits: fixed is a
 // configured fleet size (0 for none), which takes priority; seen is the number
 // of nodes last seen active. A new key starts with an equal share among them,
-// and in degraded mode a key whose own node count is unknown uses it.
+// and in degraded mode every key is decided in that share.
 func (e *Engine) SetFleet(fixed, seen int) {
 	e.fleetFixed.Store(int32(min(max(fixed, 0), maxNodes)))
 	e.fleetSeen.Store(int32(min(max(seen, 1), maxNodes)))
 	s := ShareOne
 	if e.track {
-		s = ShareAmong(e.fleet())
+		s = ShareAmong(e.Fleet())
 	}
 	e.newKey.Store(uint32(s))
 }
 
-// SetDegraded switches degraded mode: while on, every key's share is one over
-// the configured fleet size, else over the nodes last seen active on the key,
-// else over the nodes last seen in the fleet. Turning it off leaves each key in
-// that share until the reconciler seeds it again.
+// SetDegraded switches degraded mode: while on, every key is decided in one
+// share over the fleet (the configured fleet size, else the nodes last seen
+// active), whatever share Redis had granted it; a node's share of a key is
+// never larger than that share while Redis cannot arbitrate. Turning it off
+// leaves each key in that share until the reconciler seeds it again.
 func (e *Engine) SetDegraded(on bool) { e.degraded.Store(on) }
 
 // Degraded reports whether degraded mode is on.
 func (e *Engine) Degraded() bool { return e.degraded.Load() }
 
-// fleet is the node count of the whole fleet: the configured size, else the
+// Fleet is the node count of the whole fleet: the configured size, else the
 // nodes last seen.
-func (e *Engine) fleet() int {
+func (e *Engine) Fleet() int {
 	if f := e.fleetFixed.Load(); f > 0 {
-		return int(f)
+		return int(max(f, e.fleetSeen.Load()))
 	}
 	return int(e.fleetSeen.Load())
 }
 
-// shareFor is the share en is decided in: its own, or the degraded share.
-func (e *Engine) shareFor(en *entry) Share {
-	if !e.degraded.Load() {
-		return en.share
+// degradedShare is the share every key is decided in while degraded.
+func (e *Engine) degradedShare() Share { return ShareAmong(e.Fleet()) }
+
+// DefaultShare is the share a key starts in: one over the fleet with spend
+// tracking on, the whole limit without.
+func (e *Engine) DefaultShare() Share { return Share(e.newKey.Load()) }
+
+// Len returns the number of (key, limit) states held.
+func (e *Engine) Len() int { return int(e.keys.Load()) }
+
+// Dropped returns the spend dropped since the engine was made because a
+// shard's orphans were full: admitted, never to be reported.
+func (e *Engine) Dropped() uint64 { return e.dropped.Load() }
+
+// privateLevel is this node's own part of en's spent state at now, in
+// requests: for a bucket, its share of the estimate's level, rounded up.
+// What a spell of degraded spend still weighs on the limit when Redis
+// returns: spend made long enough ago has refilled.
+func (e *Engine) privateLevel(en *entry, now int64) int64 {
+	if !en.pol.lim.Algorithm.IsBucket() {
+		return int64(en.spent)
 	}
-	if e.fleetFixed.Load() == 0 && en.nodes() > 0 {
-		return ShareAmong(en.nodes())
+	level := en.st[0] - now
+	if level <= 0 {
+		return 0
 	}
-	return ShareAmong(e.fleet())
+	return ratemath.MulDivFloor(level, int64(en.share), int64(ShareOne)*en.pol.interval, 1<<62) + 1
 }
 
-// Len returns the number of keys held.
-func (e *Engine) Len() int {
-	n := 0
-	for i := range e.shards {
-		sh := &e.shards[i]
-		sh.mu.Lock()
-		n += sh.keys.Len()
-		sh.mu.Unlock()
-	}
-	return n
+// tick is the engine's coarse clock: Unix ms, wrapping every 49 days; entry
+// times are compared only within that span.
+func tick(now int64) uint32 { return uint32(now / 1_000_000) }
+
+// sinceOf is when en's untaken spend and demand began to accumulate, as Unix
+// ns, from its tick.
+func (e *Engine) sinceOf(en *entry, now int64) int64 {
+	ago := int64(tick(now) - en.since)
+	return now - ago*1_000_000
 }

@@ -53,7 +53,9 @@ func TestTakeSpend(t *testing.T) {
 
 	spends := byKey(e.TakeSpend(nil))
 	require.Len(t, spends, 2)
-	assert.Equal(t, Spend{Key: "a", Limit: lim, Spent: 5, Hits: 7, Window: 0}, spends["a"][0].withoutWindow())
+	a := spends["a"][0]
+	assert.Equal(t, [4]int64{5, 5, 7, t0}, [4]int64{a.Spent, a.Charge, a.Hits, a.Since}, "spent, charged, asked for, since")
+	assert.True(t, a.Pressure, "two of the seven were denied")
 	assert.Equal(t, int64(2), spends["b"][0].Spent)
 
 	assert.Empty(t, e.TakeSpend(nil), "taking resets")
@@ -62,8 +64,6 @@ func TestTakeSpend(t *testing.T) {
 	assert.Equal(t, int64(0), spends["a"][0].Spent, "denied: demand without spend")
 	assert.Equal(t, int64(1), spends["a"][0].Hits)
 }
-
-func (s Spend) withoutWindow() Spend { s.Window = 0; return s }
 
 func byKey(spends []Spend) map[string][]Spend {
 	m := map[string][]Spend{}
@@ -179,7 +179,7 @@ func TestSeedTakesItsShareOfTheGlobalState(t *testing.T) {
 	e := newEngine(t, Config{TrackSpend: true})
 	// Redis says 40 tokens remain globally: the TAT is 60 intervals ahead.
 	g := limit.State{TAT: t0 + 60*int64(10*time.Millisecond)}
-	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOf(1, 4), 4))
+	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOf(1, 4), 0, true))
 
 	admitted := 0
 	for range 100 {
@@ -206,7 +206,7 @@ func TestSeedAddsSpendNotYetTaken(t *testing.T) {
 	e.TakeSpend(nil)
 	_, _ = e.AllowN(t0, "k", lim, 20) // in flight while the round runs: not yet in Redis
 	g := limit.State{TAT: t0 + 30*int64(10*time.Millisecond)}
-	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOne, 1))
+	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOne, 0, false))
 	res, _ := e.AllowN(t0, "k", lim, 0)
 	assert.Equal(t, int64(50), res.Remaining, "100 - 30 reported - 20 pending")
 }
@@ -217,7 +217,7 @@ func TestSeedWindows(t *testing.T) {
 			lim := limit.PerSecond(100).WithAlgorithm(alg)
 			e := newEngine(t, Config{TrackSpend: true})
 			w := t0 / int64(time.Second)
-			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: w, Count: 60}, ShareOf(1, 2), 2))
+			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: w, Count: 60}, ShareOf(1, 2), 0, true))
 			admitted := 0
 			for range 100 {
 				res, _ := e.AllowN(t0, "k", lim, 1)
@@ -236,20 +236,21 @@ func TestDegradedShare(t *testing.T) {
 		name      string
 		fixed     int
 		seen      int
-		keyNodes  int
+		aloneOnIt bool // Redis had granted this node the whole key before it failed
 		wantBurst int
 	}{
-		{"fleet size configured wins", 5, 3, 4, 20},
-		{"nodes last seen on the key", 0, 3, 4, 25},
-		{"nodes last seen in the fleet", 0, 2, 0, 50},
-		{"alone", 0, 1, 0, 100},
+		{"fleet size configured", 5, 3, false, 20},
+		{"more nodes seen than configured", 2, 4, false, 25},
+		{"nodes last seen in the fleet", 0, 3, false, 33},
+		{"a key this node had to itself is still divided by the fleet", 0, 4, true, 25},
+		{"alone", 0, 1, false, 100},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, Config{TrackSpend: true})
 			e.SetFleet(tc.fixed, tc.seen)
-			if tc.keyNodes > 0 {
-				require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOne, tc.keyNodes))
+			if tc.aloneOnIt {
+				require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOne, 0, true))
 			}
 			e.SetDegraded(true)
 			require.True(t, e.Degraded())
@@ -264,6 +265,7 @@ func TestDegradedShare(t *testing.T) {
 			reported := int64(0)
 			for _, s := range e.TakeSpend(nil) {
 				reported += s.Spent
+				assert.True(t, s.Degraded)
 			}
 			assert.Equal(t, int64(tc.wantBurst), reported, "spend is still recorded while degraded")
 		})
@@ -271,14 +273,27 @@ func TestDegradedShare(t *testing.T) {
 }
 
 func TestHeavyRequestUnderASmallShare(t *testing.T) {
-	// A node with a tenth of a 10-token burst can still pass a request of 5,
-	// when its allowance is full, rather than never.
+	// A node with a tenth of a 10-token burst can never admit a request of 5
+	// alone: it asks the fleet (ErrEscalate), and nothing changes meanwhile.
 	lim := limit.PerSecond(10)
 	e := newEngine(t, Config{TrackSpend: true})
-	require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOf(1, 10), 10))
-	res, _ := e.AllowN(t0, "k", lim, 5)
+	e.SetFleet(0, 10)
+	require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOf(1, 10), 0, true))
+	_, err := e.AllowN(t0, "k", lim, 5)
+	require.ErrorIs(t, err, ErrEscalate)
+	res, err := e.AllowN(t0, "k", lim, 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "the light request still fits the share")
+	due := e.TakeDue(t0, nil)
+	require.Len(t, due, 1)
+	assert.True(t, due[0].Pressure, "an escalated request is pressure")
+
+	// Degraded, nobody can be asked: it passes when the node's allowance is
+	// full, and is paid back before the node admits again.
+	e.SetDegraded(true)
+	res, _ = e.AllowDegraded(at(time.Second), "k", lim, 5)
 	assert.True(t, res.Allowed)
-	res, _ = e.AllowN(t0, "k", lim, 5)
+	res, _ = e.AllowDegraded(at(time.Second), "k", lim, 5)
 	assert.False(t, res.Allowed)
 	assert.Positive(t, res.RetryAfter)
 }

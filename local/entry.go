@@ -2,38 +2,34 @@ package local
 
 import "github.com/hybridlimit/hybridlimit/limit"
 
-// entry is one key's state. It is 48 bytes, one allocation size class, which
-// with the LRU's own element and map slot keeps a million keys well under
-// 200 MiB; do not grow it without measuring (BenchmarkMemoryPerKey).
+// entry is one (key, limit)'s state. It is 48 bytes, one allocation size
+// class, which with the LRU's own element and map slot keeps a million keys
+// well under 200 MiB; do not grow it without measuring
+// (BenchmarkMemoryPerKey, TestMillionKeysFitIn200MiB).
 type entry struct {
 	st    [3]int64 // algorithm state: each algorithm's file says what the words hold
-	spent int64    // admitted since the reconciler last took it (window algorithms: in window st[0])
-	pol   *policy  // the limit of the last decision, interned per shard
+	pol   *policy  // the limit this state belongs to, interned per shard
+	spent uint32   // admitted since the reconciler last took it (window algorithms: in window st[0])
 	hits  uint32   // demand asked for since the last take, admitted or not (saturating)
+	since uint32   // engine ticks (ms) when spent and hits began to accumulate
 	share Share    // the share the state is expressed in
-	flags uint16   // flagDirty | nodes active on the key at the last reconcile (0: unknown)
+	flags uint16   // see the flag constants
 }
 
+// Entry flags.
 const (
-	flagDirty = 1 << 15       // on the shard's dirty list
-	maxNodes  = flagDirty - 1 // the node count a flags word holds
+	flagDue      = 1 << 0 // on the shard's due list
+	flagPressure = 1 << 1 // a request was denied or needed Redis since the last take
+	flagDegraded = 1 << 2 // spent while degraded since the last take
+	flagFault    = 1 << 3 // Redis refuses this key's state (a key of another type): decide under the fallback
+	flagExtra    = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the LRU
+	flagExtras   = 1 << 5 // the key has extras (set on the LRU's entry)
+	flagLeased   = 1 << 6 // the share came from Redis, under a lease the reconciler tracks
 )
 
-func (en *entry) dirty() bool { return en.flags&flagDirty != 0 }
-
-func (en *entry) setDirty(d bool) {
-	if d {
-		en.flags |= flagDirty
-	} else {
-		en.flags &^= flagDirty
-	}
-}
-
-func (en *entry) nodes() int { return int(en.flags & maxNodes) }
-
-func (en *entry) setNodes(n int) {
-	en.flags = en.flags&flagDirty | uint16(min(max(n, 0), maxNodes))
-}
+func (en *entry) has(f uint16) bool { return en.flags&f != 0 }
+func (en *entry) set(f uint16)      { en.flags |= f }
+func (en *entry) clear(f uint16)    { en.flags &^= f }
 
 // setShare re-expresses the state in share s, keeping the global estimate it
 // stands for.

@@ -39,7 +39,7 @@ func fixedWindow(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	if !allowed {
 		res.RetryAfter = time.Duration(end - now)
 	}
-	res.Remaining = max(budget-st[1], 0) / int64(s)
+	res.Remaining = max(budget-st[1], 0) / int64(ShareOne)
 	if st[1] > 0 {
 		res.ResetAfter = time.Duration(end - now)
 	}

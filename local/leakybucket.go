@@ -59,7 +59,7 @@ func leakyQueue(st *[3]int64, now int64, p *policy, n int64, s Share) limit.Rese
 	} else {
 		r.RetryAfter = time.Duration(wait + cost - tau)
 	}
-	r.Remaining = remainingTokens(now, tat, tau, p.interval)
+	r.Remaining = remainingTokens(now, tat, tau, t)
 	r.ResetAfter = time.Duration(tat - now)
 	return r
 }

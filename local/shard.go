@@ -19,30 +19,45 @@ const recencySample = 8
 // an entry gets a policy of its own rather than growing the table forever.
 const maxInternedPolicies = 1024
 
-// dirtyRef is a key with spend or demand not yet taken. It holds the entry
-// itself, so an entry evicted from the LRU keeps its spend until it is taken.
-type dirtyRef struct {
+// maxExtras bounds the limits one key may hold besides its first; a key given
+// more loses the least recently added one (evicted as any key is).
+const maxExtras = 16
+
+// dueRef is an entry the reconciler should take this round: its spend passed
+// the report threshold, or a request was denied. It holds the entry itself,
+// so an entry evicted meanwhile is still found (with its spend moved to the
+// orphans).
+type dueRef struct {
 	key string
 	en  *entry
 }
 
 // shard is one lock's worth of keys: an unlocked LRU under the shard's own
 // lock, padded so that neighbouring shards' locks do not share a cache line.
+//
+// A key's first limit lives in the LRU; further limits on the same key live
+// in extras and follow their key's LRU entry (recency, eviction).
 type shard struct {
 	mu       sync.Mutex
 	now      int64  // the latest time seen: the shard's clock never goes back
 	lookups  uint32 // counts lookups, to sample which ones refresh recency
+	e        *Engine
 	keys     *lru.LRU[string, *entry]
+	extras   map[string][]*entry
 	policies map[limit.Limit]*policy
-	dirty    []dirtyRef  // entries with spend or demand since the last take
-	orphans  []Spend     // spend of a window that rolled over or a limit that changed
+	due      []dueRef    // entries for the reconciler's next take
+	orphans  []Spend     // spend of evicted keys and rolled-over windows
+	maxOrph  int         // orphans kept before spend is dropped (and counted)
 	logs     []*eventLog // sliding window logs, by slot (entry.st[1]-1)
 	freeLogs []int64     // free slots of logs
-	_        [56]byte
+	_        [32]byte
 }
 
-func (sh *shard) init(size int) error {
+func (sh *shard) init(e *Engine, size int) error {
+	sh.e = e
 	sh.policies = make(map[limit.Limit]*policy)
+	sh.extras = make(map[string][]*entry)
+	sh.maxOrph = max(4*size, 1024)
 	keys, err := lru.NewLRU(size, sh.evicted)
 	sh.keys = keys
 	return err
@@ -57,14 +72,16 @@ func (sh *shard) clamp(now int64) int64 {
 	return now
 }
 
-// lookup returns key's entry, creating it in share s if absent, and brings
-// it to lim: a new algorithm or period starts the state afresh. lim is
-// validated whenever it differs from the entry's.
+// lookup returns the entry of (key, lim), creating it in share s if absent.
+// A new entry starts fresh, unless the sketch of evicted keys says the key
+// was evicted before it was fresh: then it starts as spent as the sketch
+// bounds it. lim is validated whenever a new entry is made. h is the key's
+// hash.
 //
 // Most lookups peek rather than get: moving the key to the front of the LRU
 // on every decision costs more than the decision itself (cache misses on the
 // list neighbours), so only one in recencySample does.
-func (sh *shard) lookup(key string, lim limit.Limit, s Share) (*entry, error) {
+func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry, error) {
 	var en *entry
 	var ok bool
 	if sh.lookups++; sh.lookups%recencySample == 0 {
@@ -75,26 +92,71 @@ func (sh *shard) lookup(key string, lim limit.Limit, s Share) (*entry, error) {
 	if ok && en.pol.lim == lim {
 		return en, nil
 	}
+	if ok && en.has(flagExtras) {
+		for _, x := range sh.extras[key] {
+			if x.pol.lim == lim {
+				return x, nil
+			}
+		}
+	}
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
+	x := &entry{pol: sh.intern(lim), share: s}
+	sh.restore(x, h, sh.now)
+	if ok {
+		// Another limit on a key already held: an extra of its own state.
+		x.set(flagExtra)
+		en.set(flagExtras)
+		list := sh.extras[key]
+		if len(list) >= maxExtras {
+			sh.drop(key, list[0])
+			list = append(list[:0], list[1:]...)
+		}
+		sh.extras[key] = append(list, x)
+		sh.e.keys.Add(1)
+		return x, nil
+	}
+	if sh.e.keys.Load() >= sh.e.maxKeys {
+		sh.keys.RemoveOldest() // the engine is full: make room in this shard
+	}
+	// A copy of its own: the caller's key may be a slice of a larger buffer
+	// that the limiter must not keep alive.
+	sh.keys.Add(strings.Clone(key), x)
+	sh.e.keys.Add(1)
+	return x, nil
+}
+
+// restore starts a new entry as spent as the sketch of evicted keys bounds
+// its key at now: a key evicted before it was fresh does not come back with
+// a burst it had used.
+func (sh *shard) restore(en *entry, h uint64, now int64) {
+	freshAt, frac, ok := sh.e.evicted.bound(limitHash(h, en.pol.lim), now)
 	if !ok {
-		en = &entry{pol: sh.intern(lim), share: s}
-		// A copy of its own: the caller's key may be a slice of a larger
-		// buffer that the limiter must not keep alive.
-		sh.keys.Add(strings.Clone(key), en)
-		return en, nil
+		return
 	}
-	old := en.pol.lim
-	if old.Algorithm != lim.Algorithm || old.Period != lim.Period {
-		sh.orphan(key, en)
-		sh.freeLog(en)
-		en.st = [3]int64{}
-	} else if lim.Algorithm.IsBucket() {
-		en.st[1] = 0 // a new rate: recompute the interval
+	p := en.pol
+	switch p.lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		en.st[0] = min(now+int64(frac*float64(p.tolerance)), freshAt)
+	case limit.FixedWindow, limit.SlidingWindowCounter:
+		w := now / p.period
+		en.st[0] = w
+		c := int64(frac*float64(p.lim.Rate)+0.999999) * int64(en.share)
+		if p.lim.Algorithm == limit.FixedWindow {
+			en.st[1] = c
+		} else {
+			en.st[2] = c
+		}
+	case limit.SlidingWindowLog:
+		n := min(int64(frac*float64(p.lim.Rate)+0.999999), p.lim.Rate)
+		if n > 0 {
+			l := sh.logOf(en)
+			l.events = append(l.events, logEvent{at: freshAt - p.period, n: n})
+			l.total = n
+			en.st[0] = max(en.st[0], freshAt-p.period)
+		}
 	}
-	en.pol = sh.intern(lim)
-	return en, nil
 }
 
 // intern returns the shard's shared policy for lim.
@@ -134,20 +196,49 @@ func (sh *shard) freeLog(en *entry) {
 	en.st[1] = 0
 }
 
-// fresh reports whether en's state at now is what a new entry would hold,
-// so forgetting the key loses nothing.
-func (sh *shard) fresh(en *entry, now int64) bool {
+// freshness returns when en's state is what a new entry would hold (Unix
+// ns), and the fraction of its limit spent at now, as the global estimate
+// the state stands for.
+func (sh *shard) freshness(en *entry, now int64) (freshAt int64, frac float64) {
 	p := en.pol
 	switch p.lim.Algorithm {
 	case limit.FixedWindow:
-		return fixedFresh(&en.st, now, p.period)
+		if fixedFresh(&en.st, now, p.period) {
+			return 0, 0
+		}
+		return (en.st[0] + 1) * p.period, float64(en.st[1]) / float64(int64(en.share)*p.lim.Rate)
 	case limit.SlidingWindowCounter:
-		return slidingFresh(&en.st, now, p.period)
+		if slidingFresh(&en.st, now, p.period) {
+			return 0, 0
+		}
+		end := (en.st[0] + 1) * p.period
+		if en.st[2] > 0 {
+			end += p.period
+		}
+		return end, float64(en.st[1]+en.st[2]) / float64(int64(en.share)*p.lim.Rate)
 	case limit.SlidingWindowLog:
-		return en.st[1] == 0 || logFresh(sh.logs[en.st[1]-1], now, p.period)
+		if en.st[1] == 0 {
+			return 0, 0
+		}
+		l := sh.logs[en.st[1]-1]
+		if logFresh(l, now, p.period) {
+			return 0, 0
+		}
+		live := l.live()
+		return live[len(live)-1].at + p.period, float64(l.total) / float64(p.lim.Rate)
 	default:
-		return bucketFresh(&en.st, now)
+		if en.st[0] <= now {
+			return 0, 0
+		}
+		return en.st[0], float64(en.st[0]-now) / float64(p.tolerance)
 	}
+}
+
+// fresh reports whether en's state at now is what a new entry would hold,
+// so forgetting the key loses nothing.
+func (sh *shard) fresh(en *entry, now int64) bool {
+	at, _ := sh.freshness(en, now)
+	return at == 0
 }
 
 // rollWindow moves a window algorithm's state to now's window, keeping spend
@@ -159,7 +250,8 @@ func (sh *shard) rollWindow(key string, en *entry, now int64) int64 {
 		return w
 	}
 	if en.spent > 0 {
-		sh.orphans = append(sh.orphans, Spend{Key: key, Limit: en.pol.lim, Spent: en.spent, Window: en.st[0]})
+		sh.orphan(Spend{Key: key, Limit: en.pol.lim, Spent: int64(en.spent), Charge: int64(en.spent),
+			Window: en.st[0], Since: sh.e.sinceOf(en, now), Degraded: en.has(flagDegraded)})
 		en.spent = 0
 	}
 	if en.pol.lim.Algorithm == limit.FixedWindow {
@@ -170,28 +262,88 @@ func (sh *shard) rollWindow(key string, en *entry, now int64) int64 {
 	return w
 }
 
-// record notes a decision's demand, and its spend if admitted.
-func (sh *shard) record(key string, en *entry, n int64, allowed bool) {
+// record notes a decision's demand, and its spend if admitted, and puts the
+// entry on the due list once its spend reaches the report threshold or a
+// request was denied.
+func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, now int64) {
+	if en.spent == 0 && en.hits == 0 {
+		en.since = tick(now)
+	}
 	en.hits = satAdd32(en.hits, n)
 	if allowed {
-		en.spent += n
+		if int64(en.spent)+n > maxSpent {
+			sh.orphan(Spend{Key: key, Limit: en.pol.lim, Spent: int64(en.spent), Charge: int64(en.spent),
+				Window: en.st[0], Since: sh.e.sinceOf(en, now), Degraded: en.has(flagDegraded)})
+			en.spent = 0
+		}
+		en.spent += uint32(n)
+	} else {
+		en.set(flagPressure)
 	}
-	if !en.dirty() {
-		en.setDirty(true)
-		sh.dirty = append(sh.dirty, dirtyRef{key: key, en: en})
+	if degraded {
+		en.set(flagDegraded)
+	}
+	if !en.has(flagDue) && (!allowed || int64(en.spent) >= reportAt(en)) {
+		en.set(flagDue)
+		sh.due = append(sh.due, dueRef{key: key, en: en})
 	}
 }
 
-// orphan moves en's untaken spend and demand to the shard's orphans.
-func (sh *shard) orphan(key string, en *entry) {
-	if en.spent == 0 && en.hits == 0 {
+// maxSpent is the most an entry's spent word holds; beyond it the spend moves
+// to the orphans first.
+const maxSpent = 1<<32 - 1
+
+// reportAt is the spend at which an entry is due for a report: half the
+// node's share of the limit's capacity, at least one request. Below it the
+// node decides alone; the accuracy bound counts at most this much unreported
+// spend per node and key (docs/accuracy.md).
+func reportAt(en *entry) int64 {
+	return max((int64(en.share)*en.pol.capacity)>>16, 1)
+}
+
+// orphan keeps spend whose entry no longer holds it, for the reconciler, up
+// to the shard's bound; beyond it the weight is counted as lost.
+func (sh *shard) orphan(s Spend) {
+	if s.Spent == 0 && s.Hits == 0 {
 		return
 	}
-	sh.orphans = append(sh.orphans, Spend{Key: key, Limit: en.pol.lim, Spent: en.spent, Hits: int64(en.hits), Window: en.st[0]})
-	en.spent, en.hits = 0, 0
-	en.setDirty(false)
+	s.Orphan = true
+	if len(sh.orphans) >= sh.maxOrph {
+		sh.e.dropped.Add(uint64(s.Spent))
+		return
+	}
+	sh.orphans = append(sh.orphans, s)
 }
 
-// evicted is the LRU's eviction callback, run under the shard's lock. Spend
-// not yet taken needs nothing here: the dirty list still holds the entry.
-func (sh *shard) evicted(_ string, en *entry) { sh.freeLog(en) }
+// drop forgets one entry (evicted, or an extra pushed out): its untaken spend
+// goes to the orphans, its state to the sketch when it is not fresh.
+func (sh *shard) drop(key string, en *entry) {
+	now := sh.now
+	if en.spent != 0 || en.hits != 0 {
+		charge := int64(en.spent)
+		if en.has(flagDegraded) {
+			charge = min(charge, sh.e.privateLevel(en, now))
+		}
+		sh.orphan(Spend{Key: key, Limit: en.pol.lim, Spent: int64(en.spent), Hits: int64(en.hits), Charge: charge,
+			Window: en.st[0], Since: sh.e.sinceOf(en, now), Degraded: en.has(flagDegraded)})
+		en.spent, en.hits = 0, 0
+	}
+	if freshAt, frac := sh.freshness(en, now); freshAt != 0 {
+		sh.e.evicted.record(limitHash(sh.e.hash(key), en.pol.lim), freshAt, frac, now)
+	}
+	en.clear(flagDue | flagPressure | flagDegraded)
+	sh.freeLog(en)
+	sh.e.keys.Add(-1)
+}
+
+// evicted is the LRU's eviction callback, run under the shard's lock: the
+// key and every extra limit it holds are dropped.
+func (sh *shard) evicted(key string, en *entry) {
+	if en.has(flagExtras) {
+		for _, x := range sh.extras[key] {
+			sh.drop(key, x)
+		}
+		delete(sh.extras, key)
+	}
+	sh.drop(key, en)
+}

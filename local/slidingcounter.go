@@ -53,7 +53,7 @@ func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int
 	} else {
 		res.RetryAfter = time.Duration(ratemath.SlidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
 	}
-	res.Remaining = max(budget-w, 0) / int64(s)
+	res.Remaining = max(budget-w, 0) / int64(ShareOne)
 	switch {
 	case st[2] > 0:
 		res.ResetAfter = time.Duration(2*period - elapsed)

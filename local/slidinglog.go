@@ -60,7 +60,7 @@ func slidingLog(res *limit.Result, st *[3]int64, l *eventLog, now int64, p *poli
 	if !allowed {
 		res.RetryAfter = time.Duration(logRetry(l.live(), now, period, l.total, (budget-min(cost, budget))/int64(ShareOne)))
 	}
-	res.Remaining = max(budget-used, 0) / int64(s)
+	res.Remaining = max(budget-used, 0) / int64(ShareOne)
 	if live := l.live(); len(live) > 0 {
 		res.ResetAfter = time.Duration(live[len(live)-1].at + period - now)
 	}

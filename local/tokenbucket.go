@@ -50,13 +50,14 @@ func tokenBucket(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	default:
 		res.RetryAfter = time.Duration(newTAT - tau - now)
 	}
-	res.Remaining = remainingTokens(now, tat, tau, p.interval)
+	res.Remaining = remainingTokens(now, tat, tau, t)
 	res.ResetAfter = time.Duration(max(tat-now, 0))
 }
 
-// remainingTokens is how many unit requests the estimate has room for at now:
-// (now + tau - tat) / T in the limit's own interval, so headers speak of the
-// global limit rather than of this node's share.
+// remainingTokens is how many unit requests this node would admit at now:
+// (now + tau - tat) / t, with t the share-scaled interval. Under a share it is
+// the node's allowance, not the fleet's: a caller told it may send Remaining
+// more requests to this node is not refused for the first of them.
 func remainingTokens(now, tat, tau, interval int64) int64 {
 	room := now + tau - tat
 	if room <= 0 {

@@ -39,18 +39,28 @@ const (
 // reports the state without spending. A caller error (bad key, limit or n)
 // returns the limit package's error; a Redis fault returns an *Error.
 func (s *Store) AllowN(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
+	return s.AllowNSeq(ctx, key, lim, n, 0)
+}
+
+// AllowNSeq is AllowN with this node's sequence number for the decision
+// (positive: kept in the key when admitted). A caller that gives up waiting
+// for the answer and decides the request again in memory names seq in the
+// report of that spend (Report.UncertainSeq), so the request is counted once
+// whether or not this call reached Redis. The sliding window log, which has
+// no report, ignores it.
+func (s *Store) AllowNSeq(ctx context.Context, key string, lim limit.Limit, n, seq int64) (Decision, error) {
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
 	switch lim.Algorithm {
 	case limit.TokenBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeToken)
+		return s.gcra(ctx, "allow", key, lim, n, modeToken, seq)
 	case limit.LeakyBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeMeter)
+		return s.gcra(ctx, "allow", key, lim, n, modeMeter, seq)
 	case limit.SlidingWindowLog:
 		return s.log(ctx, key, lim, n)
 	default:
-		return s.window(ctx, key, lim, n)
+		return s.window(ctx, key, lim, n, seq)
 	}
 }
 
@@ -63,7 +73,7 @@ func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
-	return s.gcra(ctx, "reserve", key, lim, n, modeQueue)
+	return s.gcra(ctx, "reserve", key, lim, n, modeQueue, 0)
 }
 
 func check(key string, lim limit.Limit, n int64) error {
@@ -76,10 +86,10 @@ func check(key string, lim limit.Limit, n int64) error {
 	return lim.CheckN(n)
 }
 
-func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int) (Decision, error) {
+func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, seq int64) (Decision, error) {
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
-	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
-		interval, tau, n, mode, ms(s.active)).Slice()
+	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
+		interval, tau, n, mode, ms(s.active), s.node, seq).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -111,13 +121,13 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	return d, nil
 }
 
-func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
+func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n, seq int64) (Decision, error) {
 	sliding := 0
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
-	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
-		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active)).Slice()
+	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
+		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, seq).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
@@ -159,7 +169,7 @@ func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Re
 }
 
 func (s *Store) log(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
-	k := redisKey(s.prefix, lim.Algorithm, key)
+	k := redisKey(s.prefix, lim, key)
 	vals, err := s.scripts.log.Run(ctx, s.client, []string{k, k + ":n"},
 		int64(lim.Period/time.Microsecond), lim.Rate, n, ms(s.active)).Slice()
 	if err != nil {
@@ -198,4 +208,20 @@ func ints(vals []any, want int) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// ResultAt is the Result of a decision on a request of weight n, allowed or
+// not, that left the key in state st at now (Unix ns, Redis's clock): for a
+// request a reconcile report decided (Report.Heavy).
+func ResultAt(lim limit.Limit, st limit.State, now, n int64, allowed bool) limit.Result {
+	if !lim.Algorithm.IsBucket() {
+		return windowResult(lim, allowed, n, st.Window, st.Count, st.Prev, now)
+	}
+	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
+	level := max(st.TAT-now, 0)
+	res := limit.Result{Limit: lim, Allowed: allowed, Remaining: max(tau-level, 0) / interval, ResetAfter: time.Duration(level)}
+	if !allowed {
+		res.RetryAfter = time.Duration(max(level+ratemath.MulSat(n, interval)-tau, 0))
+	}
+	return res
 }

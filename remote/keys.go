@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/hybridlimit/hybridlimit/limit"
@@ -26,25 +27,43 @@ var algorithmTags = [...]string{
 	limit.SlidingWindowCounter: "swc",
 }
 
-// redisKey is the Redis key of key's state under alg:
+// redisKey is the Redis key of key's state under lim:
 //
-//	<prefix><alg>:{<key>}
+//	<prefix><alg>:{<key>}:<rate>/<period>[/<burst>]
 //
-// The caller's key is the Cluster hash tag, so every Redis key of one caller
-// key (the sliding log has two) lives in one slot. A key that is longer than
-// MaxRawKey, that has bytes outside printable ASCII or braces (which would
-// break the hash tag), or that starts with '#', appears instead as '#' and the
-// hex of the first 16 bytes of its SHA-256: never truncated into a collision,
-// never rejected, and never mistaken for a raw key.
-func redisKey(prefix string, alg limit.Algorithm, key string) string {
+// One key under several limits (a client under a per-second and a per-hour
+// limit, or under several endpoint rules) holds one state per limit, so
+// deciding under one never touches another's. The caller's key is the
+// Cluster hash tag, so every Redis key of one caller key (the sliding log
+// has two) lives in one slot. A key that is longer than MaxRawKey, that has
+// bytes outside printable ASCII or braces (which would break the hash tag),
+// or that starts with '#', appears instead as '#' and the hex of the first
+// 16 bytes of its SHA-256: never truncated into a collision, never rejected,
+// and never mistaken for a raw key.
+func redisKey(prefix string, lim limit.Limit, key string) string {
 	var b strings.Builder
-	b.Grow(len(prefix) + 6 + min(len(key), 2*16+1))
+	b.Grow(len(prefix) + 6 + min(len(key), 2*16+1) + 32)
 	b.WriteString(prefix)
-	b.WriteString(algorithmTags[alg])
+	b.WriteString(algorithmTags[lim.Algorithm])
 	b.WriteString(":{")
 	b.WriteString(safeKey(key))
-	b.WriteByte('}')
+	b.WriteString("}:")
+	b.WriteString(limitTag(lim))
 	return b.String()
+}
+
+// limitTag names a limit within a key: its rate, period and, for the
+// buckets, burst, exactly ("100/1s/20").
+func limitTag(lim limit.Limit) string {
+	var buf [64]byte
+	b := strconv.AppendInt(buf[:0], lim.Rate, 10)
+	b = append(b, '/')
+	b = append(b, lim.Period.String()...)
+	if lim.Algorithm.IsBucket() {
+		b = append(b, '/')
+		b = strconv.AppendInt(b, lim.Capacity(), 10)
+	}
+	return string(b)
 }
 
 // safeKey returns key as it may appear in a Redis key (see redisKey).

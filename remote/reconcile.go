@@ -11,11 +11,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
-// Report is what this node has spent on one key. It is idempotent: it says
-// how much the node spent in all since Epoch began (Total), and Redis applies
-// only what it has not applied from this node and epoch before. Sending a
-// report twice, or an old one late, changes nothing, so a round whose answer
-// was lost can be sent again without counting anything twice.
+// Report is what this node has spent on one (key, limit), and what it asks
+// of the fleet's state for it. It is idempotent: it says how much the node
+// spent in all since Epoch began, and Redis applies only what it has not
+// applied from this node and epoch before. Sending a report twice, or an old
+// one late, changes nothing, so a round whose answer was lost can be sent
+// again without counting anything twice.
 type Report struct {
 	// Key and Limit identify the global state.
 	Key   string
@@ -24,17 +25,40 @@ type Report struct {
 	// starts a new one when it starts counting the key afresh. Redis keeps
 	// the node's two latest epochs per key; an older one is ignored.
 	Epoch int64
-	// Total is the weight admitted since Epoch began.
+	// Total is the weight admitted since Epoch began: what the key's ledger
+	// counts.
 	Total int64
-	// Acked is the part of Total Redis has acknowledged to this node. When
-	// Redis has no record of the epoch (it forgot a node silent for longer
-	// than the active window, or lost its data) it applies Total - Acked.
-	Acked int64
+	// Refilled is the part of Total that no longer weighs on the limit: of
+	// spend made while degraded, what had refilled by the time the node
+	// could report it (local.Spend.Charge). Spend counts at the time it was
+	// made: a client that stayed within its limit through an outage is not
+	// charged for it again afterwards. Zero (the default) charges all.
+	Refilled int64
+	// Acked and AckedRefilled are the parts of Total and Refilled Redis has
+	// acknowledged to this node. When Redis has no record of the epoch (it
+	// forgot a node silent for longer than 60 active windows, or lost its
+	// data) it applies only what exceeds them.
+	Acked, AckedRefilled int64
 	// Window is, for the window algorithms, the window Total was counted in.
 	Window int64
 	// Demand is the weight this node was asked for, admitted or not, in
 	// requests per second: how the fleet divides the limit among nodes.
 	Demand float64
+	// Estimate is this node's estimate of the key's global state, and Now
+	// its Redis-aligned time then (Unix ns): what Redis restores the state to
+	// at least when it finds it lost.
+	Estimate limit.State
+	Now      int64
+	// Heavy, when positive, is the weight of a request this node cannot
+	// decide from its share: Redis decides it on the global state, after
+	// applying the report, and spends it if admitted (Answer.Admitted). The
+	// node then counts it in its Total.
+	Heavy int64
+	// UncertainSeq and UncertainN name a sync decision (Store.AllowN's seq)
+	// that timed out, so its fate in Redis is unknown, and that the node also
+	// decided, and counted in Total, in memory: if Redis did apply it, its
+	// weight is not applied again.
+	UncertainSeq, UncertainN int64
 }
 
 // Answer is the global state of one key after a report was applied.
@@ -43,18 +67,39 @@ type Answer struct {
 	State limit.State
 	// Now is Redis's TIME when the report was applied, in Unix ns.
 	Now int64
-	// Nodes is how many nodes are active on the key, this one included.
-	Nodes int
-	// Demand is this node's demand on the key as Redis holds it (smoothed),
-	// and Total the demand of all the key's active nodes.
-	Demand, Total float64
+	// Nodes is how many nodes are active on the key, this one included, and
+	// Demand their total demand (requests per second).
+	Nodes  int
+	Demand float64
+	// Grant is this node's share of the limit, in 1/32768 of it (zero: none
+	// left by the other nodes' leases), valid until LeaseEnd (Unix ns on
+	// Redis's clock).
+	Grant    int64
+	LeaseEnd int64
+	// Lost reports that Redis had lost state this node had reported (the key
+	// was evicted, deleted or rolled back): it was restored to at least this
+	// node's estimate and the node's totals applied again.
+	Lost bool
+	// Admitted reports that the report's Heavy request was admitted.
+	Admitted bool
 	// Err is this key's fault, if the report could not be applied; the other
 	// keys of the round may still have succeeded.
 	Err error
 }
 
-// Round is the outcome of one reconciliation round.
+// GrantOne is the Grant of the whole limit.
+const GrantOne = 32768
+
+// Round is the outcome of one reconciliation round, and what the caller
+// tells Redis of the fleet.
 type Round struct {
+	// Fleet is the number of nodes the caller believes share the limits
+	// (set before calling): a grant above an even split among them holds
+	// only for the short lease.
+	Fleet int
+	// NoHeartbeat leaves the node's heartbeat out (set before calling): for
+	// a report made on the decision path, between rounds.
+	NoHeartbeat bool
 	// Now is Redis's TIME at the round's heartbeat, in Unix ns; Nodes is how
 	// many nodes are active in the fleet.
 	Now   int64
@@ -76,7 +121,7 @@ var ErrNotReconcilable = errors.New("remote: the sliding window log cannot be re
 const keysPerCall = 200
 
 // Values the reconcile script returns per key.
-const valuesPerKey = 7
+const valuesPerKey = 9
 
 // Reconcile applies a node's reports and beats its heartbeat in one pipeline:
 // one round trip per Redis node (a Cluster client groups the pipeline by
@@ -97,6 +142,9 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 		per = 1
 	}
 	calls := []*call{{keys: []string{s.fleetKey}, args: []any{s.node, s.active.Microseconds()}, script: s.scripts.fleet}}
+	if round.NoHeartbeat {
+		calls = calls[:0]
+	}
 	var cur *call
 	for i, r := range reports {
 		if err := reconcilable(r); err != nil {
@@ -104,16 +152,27 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.reconcile, args: []any{s.node, s.active.Microseconds(), ms(s.active)}}
+			cur = &call{script: s.scripts.reconcile, args: []any{s.node, s.active.Microseconds(), ms(s.active),
+				s.lease.Microseconds(), s.short.Microseconds(), max(round.Fleet, 1)}}
 			calls = append(calls, cur)
 		}
-		cur.keys = append(cur.keys, redisKey(s.prefix, r.Limit.Algorithm, r.Key))
+		cur.keys = append(cur.keys, redisKey(s.prefix, r.Limit, r.Key))
 		cur.args = append(cur.args, reconcileArgs(r)...)
 		cur.reports = append(cur.reports, i)
 	}
 	s.run(ctx, calls)
 
-	err := classify("reconcile", "", calls[0].err)
+	var err error
+	if round.NoHeartbeat {
+		for _, c := range calls {
+			s.answers(c, reports, round.Answers)
+		}
+		if len(calls) > 0 && calls[0].err != nil {
+			return classify("reconcile", "", calls[0].err)
+		}
+		return nil
+	}
+	err = classify("reconcile", "", calls[0].err)
 	if err == nil {
 		var v []int64
 		if v, err = ints(calls[0].vals, 2); err == nil {
@@ -186,17 +245,32 @@ func reconcilable(r Report) error {
 	return limit.CheckKey(r.Key)
 }
 
-// reconcileArgs returns one report's eight script arguments.
+// reconcileArgs returns one report's sixteen script arguments.
 func reconcileArgs(r Report) []any {
 	total, demand := max(r.Total, 0), max(r.Demand, 0)
+	charge := total - min(max(r.Refilled, 0), total)
 	acked := min(max(r.Acked, 0), total)
+	ackedCharge := min(acked-min(max(r.AckedRefilled, 0), acked), charge)
+	heavy := max(r.Heavy, 0)
+	useq, un := max(r.UncertainSeq, 0), max(r.UncertainN, 0)
+	if useq == 0 {
+		un = 0
+	}
 	switch r.Limit.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), total, 0, r.Epoch, demand, acked}
-	case limit.SlidingWindowCounter:
-		return []any{2, int64(r.Limit.Period / time.Microsecond), 0, total, r.Window, r.Epoch, demand, acked}
+		level := max(r.Estimate.TAT-r.Now, 0)
+		if r.Estimate.TAT == 0 {
+			level = 0
+		}
+		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), r.Epoch, total, charge, acked, ackedCharge,
+			0, demand, level, 0, 0, heavy, useq, un}
 	default:
-		return []any{1, int64(r.Limit.Period / time.Microsecond), 0, total, r.Window, r.Epoch, demand, acked}
+		kind := 1
+		if r.Limit.Algorithm == limit.SlidingWindowCounter {
+			kind = 2
+		}
+		return []any{kind, int64(r.Limit.Period / time.Microsecond), r.Limit.Rate, r.Epoch, total, charge, acked, ackedCharge,
+			r.Window, demand, r.Estimate.Window, max(r.Estimate.Count, 0), max(r.Estimate.Prev, 0), heavy, useq, un}
 	}
 }
 
@@ -230,9 +304,9 @@ func (s *Store) answers(c *call, reports []Report, out []Answer) {
 	}
 }
 
-// parseAnswer reads one key's seven values: a status, three state numbers,
-// the node count, the total demand and this node's demand; or, when the
-// status is 0, the error Redis raised for the key.
+// parseAnswer reads one key's nine values: a status, three state numbers,
+// the node count, the total demand, the grant, its lease end and the flags;
+// or, when the status is 0, the error Redis raised for the key.
 func parseAnswer(alg limit.Algorithm, now int64, vals []any) (Answer, error) {
 	a := Answer{Now: now}
 	v, err := ints(vals, 5)
@@ -247,8 +321,12 @@ func parseAnswer(alg limit.Algorithm, now int64, vals []any) (Answer, error) {
 	if err != nil {
 		return a, err
 	}
-	a.Total, a.Demand = float64(d[5])/1000, float64(d[6])/1000
 	a.Nodes = int(v[4])
+	a.Demand = float64(d[5]) / 1000
+	a.Grant = min(max(d[6], 0), GrantOne)
+	a.LeaseEnd = d[7] * 1000
+	a.Lost = d[8]&1 != 0
+	a.Admitted = d[8]&2 != 0
 	if alg.IsBucket() {
 		a.State.TAT = now + v[1]
 	} else {

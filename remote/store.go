@@ -19,17 +19,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/limit"
 )
 
 // Defaults for Options' zero fields.
 const (
 	DefaultPrefix       = "rl:"
 	DefaultActiveWindow = 10 * time.Second
+	DefaultLease        = time.Second
 )
 
 // Options configure a Store. The zero value is usable.
@@ -45,6 +49,14 @@ type Options struct {
 	// ActiveWindow is how long a node counts as active, on a key and in the
 	// fleet, after it last reported. A zero ActiveWindow means 10 s.
 	ActiveWindow time.Duration
+	// Lease is how long a share of a key granted by a reconcile report
+	// holds: the grants Redis makes never add up to more than the whole
+	// limit among leases that have not lapsed. A zero Lease means 1 s.
+	Lease time.Duration
+	// ShortLease is how long a share above an even split of the fleet
+	// holds: how long a node that took most of a key keeps it once others
+	// want some. A zero ShortLease means a tenth of Lease.
+	ShortLease time.Duration
 }
 
 // Store runs the limiter's scripts on Redis. It is safe for concurrent use
@@ -54,6 +66,8 @@ type Store struct {
 	prefix   string
 	node     string
 	active   time.Duration
+	lease    time.Duration
+	short    time.Duration
 	fleetKey string
 	scripts  scripts
 }
@@ -84,15 +98,31 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if active < time.Millisecond {
 		return nil, fmt.Errorf("remote: active window %v is below 1ms", active)
 	}
+	lease := opts.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	short := opts.ShortLease
+	if short == 0 {
+		short = lease / 10
+	}
+	if lease < time.Millisecond || short < time.Millisecond || short > lease {
+		return nil, fmt.Errorf("remote: lease %v and short lease %v must be at least 1ms, short at most lease", lease, short)
+	}
 	return &Store{
 		client:   client,
 		prefix:   prefix,
 		node:     node,
 		active:   active,
+		lease:    lease,
+		short:    short,
 		fleetKey: prefix + "fleet",
 		scripts:  newScripts(),
 	}, nil
 }
+
+// Lease returns how long a granted share holds.
+func (s *Store) Lease() time.Duration { return s.lease }
 
 // Node returns the name this store reports under.
 func (s *Store) Node() string { return s.node }
@@ -140,3 +170,21 @@ func checkNode(node string) error {
 
 // ms renders d as whole milliseconds, rounded up, for script arguments.
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// Ledger returns the weight Redis has applied to (key, lim) from every node's
+// reports: what the fleet admitted, for an audit or for metering. Sync
+// decisions are not in it (their state is exact; the ledger counts what
+// nodes reported). A key Redis does not hold has spent nothing.
+func (s *Store) Ledger(ctx context.Context, key string, lim limit.Limit) (int64, error) {
+	if err := limit.CheckKey(key); err != nil {
+		return 0, err
+	}
+	v, err := s.client.HGet(ctx, redisKey(s.prefix, lim, key), "s").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, classify("ledger", key, err)
+	}
+	return v, nil
+}

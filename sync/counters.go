@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"slices"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
@@ -15,23 +14,39 @@ type spendKey struct {
 	window int64 // window algorithms only; zero for buckets
 }
 
-// counter is this node's running total of what it spent on one key, the
-// unit of an idempotent report: Redis applies only what exceeds the total it
-// last acknowledged for the counter's epoch, so a report sent twice (a round
-// the client stopped waiting for that did reach Redis) counts once.
+// counter is this node's running totals for one (key, limit, window): the
+// unit of an idempotent report (Redis applies only what exceeds the totals it
+// last acknowledged for the counter's epoch, so a report sent twice counts
+// once), and what the reconciler knows of the key's lease and schedule.
 type counter struct {
 	spendKey
-	epoch int64     // grows per counter this node starts
-	total int64     // spent since the epoch began
-	acked int64     // the total Redis has acknowledged
+	epoch         int64 // grows per counter this node starts
+	total         int64 // weight admitted since the epoch began
+	refilled      int64 // of total, degraded spend that had refilled when taken: not charged
+	acked         int64 // the total Redis has acknowledged
+	ackedRefilled int64
+
 	hits  int64     // demand since the last acknowledged report
-	since time.Time // when the last acknowledged report was taken: demand is hits over the time since
-	last  time.Time // when the counter last spent or was acknowledged
+	since time.Time // when hits began to accumulate: demand is hits over the time since
+	last  time.Time // when the counter last spent, asked or was acknowledged
+
+	due          bool  // spend past its threshold (the engine says) since the last report
+	renew        bool  // the key's lease is due for renewal and the key in use
+	pressure     bool  // a request was denied or escalated since the last report
+	backoff      uint8 // pressure reports that changed nothing in a row
+	nextPressure int   // the round before which pressure alone does not report
+	grant        int64 // the share Redis last granted, in 1/remote.GrantOne
+	leaseEnd     int64 // when the grant lapses (Unix ns, Redis's clock); 0 if none
+	orphan       bool  // spend of an evicted key or a window left behind: report soon
+	faulted      bool  // Redis refused the key: decided under the fallback until retried
+	retryAt      int   // for a faulted key, the round to try it again
+
+	uncertainSeq, uncertainN int64 // a sync decision that timed out and was counted in memory
 }
 
-// counters holds a counter per key the node has spent on recently. It is
-// bounded: beyond max counters, the spend of a new key is dropped and
-// counted, never silently.
+// counters holds a counter per key the node reported on recently, or has
+// unreported spend on. It is bounded: beyond max counters, the spend of a
+// new key is dropped and counted, never silently.
 type counters struct {
 	m     map[spendKey]*counter
 	max   int
@@ -42,70 +57,49 @@ func newCounters(max int) *counters {
 	return &counters{m: make(map[spendKey]*counter), max: max}
 }
 
+// keyOf returns the counter key of spend s.
+func keyOf(key string, lim limit.Limit, window int64) spendKey {
+	k := spendKey{key: key, lim: lim}
+	if !lim.Algorithm.IsBucket() {
+		k.window = window
+	}
+	return k
+}
+
+// get returns the counter of k, making it if there is room; nil if not.
+func (cs *counters) get(k spendKey, now time.Time) *counter {
+	if c, ok := cs.m[k]; ok {
+		return c
+	}
+	if len(cs.m) >= cs.max {
+		return nil
+	}
+	// Epochs grow across counters and across restarts of the node: Redis
+	// ignores a report of an epoch older than the two it keeps.
+	cs.epoch = max(cs.epoch+1, now.UnixMicro())
+	c := &counter{spendKey: k, epoch: cs.epoch, since: now, last: now}
+	cs.m[k] = c
+	return c
+}
+
 // add counts spend s taken at now, and returns the weight it had to drop for
 // want of room.
 func (cs *counters) add(s local.Spend, now time.Time) (lost int64) {
-	k := spendKey{key: s.Key, lim: s.Limit}
-	if !s.Limit.Algorithm.IsBucket() {
-		k.window = s.Window
+	c := cs.get(keyOf(s.Key, s.Limit, s.Window), now)
+	if c == nil {
+		return s.Spent
 	}
-	c, ok := cs.m[k]
-	if !ok {
-		if len(cs.m) >= cs.max {
-			return s.Spent
-		}
-		// Epochs grow across counters and across restarts of the node:
-		// Redis ignores a report of an epoch older than the two it keeps.
-		cs.epoch = max(cs.epoch+1, now.UnixMicro())
-		c = &counter{spendKey: k, epoch: cs.epoch, since: now}
-		cs.m[k] = c
+	if c.hits == 0 && s.Since > 0 {
+		c.since = time.Unix(0, s.Since) // demand accrued since the engine's first hit
 	}
 	c.total += s.Spent
+	c.refilled += s.Spent - min(max(s.Charge, 0), s.Spent)
 	c.hits += s.Hits
+	c.pressure = c.pressure || s.Pressure
+	c.due = c.due || s.Due
+	c.orphan = c.orphan || s.Orphan
 	c.last = now
 	return 0
-}
-
-// due returns the counters with something Redis has not acknowledged, in
-// the order of their epochs (a key's older counter must be applied first).
-func (cs *counters) due(dst []*counter) []*counter {
-	for _, c := range cs.m {
-		if c.total > c.acked || c.hits > 0 {
-			dst = append(dst, c)
-		}
-	}
-	slices.SortFunc(dst, func(a, b *counter) int { return int(a.epoch - b.epoch) })
-	return dst
-}
-
-// ack records that Redis applied c's total as sent at sent.
-func (cs *counters) ack(c *counter, total, hits int64, sent time.Time) {
-	c.acked = max(c.acked, total)
-	c.hits -= hits
-	c.since, c.last = sent, sent
-}
-
-// drop forgets c, returning the weight Redis never acknowledged.
-func (cs *counters) drop(c *counter) (lost int64) {
-	delete(cs.m, c.spendKey)
-	return c.total - c.acked
-}
-
-// forget drops counters that no longer matter: a key fully acknowledged and
-// idle for idle, or a window older than the previous one at serverNow (Unix
-// ns on Redis's clock), which no algorithm weighs any more. idle must be
-// much shorter than the 60 active windows Redis keeps a silent node's totals
-// for, so Redis still holds them for any counter the node still has.
-func (cs *counters) forget(now time.Time, idle time.Duration, serverNow int64) {
-	for k, c := range cs.m {
-		stale := c.total == c.acked && c.hits == 0 && now.Sub(c.last) > idle
-		if !k.lim.Algorithm.IsBucket() && k.window < serverNow/int64(k.lim.Period)-1 {
-			stale = true
-		}
-		if stale {
-			delete(cs.m, k)
-		}
-	}
 }
 
 // unacked counts the counters holding spend Redis has not acknowledged.
@@ -117,4 +111,18 @@ func (cs *counters) unacked() int {
 		}
 	}
 	return n
+}
+
+// shrink releases the map's memory once it holds far fewer counters than
+// its peak (after an outage drained): Go maps never shrink on their own.
+func (cs *counters) shrink(peak *int) {
+	if n := len(cs.m); n > *peak {
+		*peak = n
+	} else if *peak > 4096 && n < *peak/4 {
+		m := make(map[spendKey]*counter, n)
+		for k, c := range cs.m {
+			m[k] = c
+		}
+		cs.m, *peak = m, n
+	}
 }

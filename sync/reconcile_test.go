@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,65 +32,26 @@ func TestMain(m *testing.M) {
 
 var bg = context.Background()
 
-func TestShare(t *testing.T) {
-	cases := []struct {
-		name        string
-		mine, total float64
-		nodes       int
-		want        float64
-	}{
-		{"alone", 5, 5, 1, 1},
-		{"no demand: even", 0, 0, 4, 0.25},
-		{"equal demand", 10, 40, 4, 0.25},
-		{"the busy one of four", 100, 100, 4, 0.932},
-		{"an idle one of four", 0, 100, 4, 0.0227},
-		{"90% of two", 90, 100, 2, 0.864},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.InDelta(t, tc.want, Share(tc.mine, tc.total, tc.nodes).Fraction(), 0.001)
-		})
-	}
-	// Shares computed from one view sum to one.
-	demands := []float64{50, 30, 15, 5, 0}
-	sum := 0.0
-	for _, d := range demands {
-		sum += Share(d, 100, len(demands)).Fraction()
-	}
-	assert.InDelta(t, 1, sum, 0.001)
-}
-
 func TestCountersAreRunningTotals(t *testing.T) {
 	cs := newCounters(2)
 	lim := limit.PerSecond(10)
 	win := lim.WithAlgorithm(limit.FixedWindow)
 	now := time.Unix(1_800_000_000, 0)
-	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 1, Hits: 2}, now))
-	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 3, Hits: 3}, now))
-	assert.Zero(t, cs.add(local.Spend{Key: "w", Limit: win, Spent: 1, Window: 7}, now))
+	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 1, Charge: 1, Hits: 2}, now))
+	assert.Zero(t, cs.add(local.Spend{Key: "a", Limit: lim, Spent: 3, Charge: 1, Hits: 3, Due: true}, now))
+	assert.Zero(t, cs.add(local.Spend{Key: "w", Limit: win, Spent: 1, Charge: 1, Window: 7}, now))
 	assert.Equal(t, int64(5), cs.add(local.Spend{Key: "w", Limit: win, Spent: 5, Window: 8}, now), "a third counter does not fit: its weight is lost, and said so")
 
-	due := cs.due(nil)
-	require.Len(t, due, 2)
-	assert.Less(t, due[0].epoch, due[1].epoch, "in the order of their epochs")
-	a := due[0]
-	assert.Equal(t, spendKey{key: "a", lim: lim}, a.spendKey)
+	a := cs.m[spendKey{key: "a", lim: lim}]
+	require.NotNil(t, a)
 	assert.Equal(t, int64(4), a.total)
+	assert.Equal(t, int64(2), a.refilled, "degraded spend that had refilled: 2 of 4 not charged")
 	assert.Equal(t, int64(5), a.hits)
+	assert.True(t, a.due)
 	assert.GreaterOrEqual(t, a.epoch, now.UnixMicro(), "epochs start from the clock, so they grow across restarts")
-
-	cs.ack(a, 4, 5, now)
-	assert.Len(t, cs.due(nil), 1, "acknowledged: nothing due")
-	cs.add(local.Spend{Key: "a", Limit: lim, Spent: 2, Hits: 2}, now)
-	assert.Equal(t, int64(6), cs.due(nil)[0].total, "the total keeps running: reports are idempotent")
-
-	// Forgetting: an acknowledged idle key, and windows no algorithm weighs.
-	cs.ack(a, 6, 2, now)
-	cs.forget(now.Add(time.Second), 2*time.Second, 8*int64(time.Second)) // Redis in window 8: 7 is still the previous
-	assert.Len(t, cs.m, 2, "not idle long enough")
-	cs.forget(now.Add(3*time.Second), 2*time.Second, 9*int64(time.Second)+1)
-	assert.Empty(t, cs.m, "a idle and acknowledged; window 7 older than the previous one at window 9")
-	assert.Zero(t, cs.unacked())
+	w := cs.m[spendKey{key: "w", lim: win, window: 7}]
+	assert.Greater(t, w.epoch, a.epoch, "epochs grow per counter")
+	assert.Equal(t, 2, cs.unacked())
 }
 
 // fixture is a reconciler on a real Redis, driven round by round.
@@ -102,12 +64,17 @@ type fixture struct {
 	logs   *bytes.Buffer
 }
 
-func newFixture(t *testing.T, cfg Config) *fixture {
+func newFixture(t *testing.T, cfg Config, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
 	e, err := local.New(local.Config{TrackSpend: true})
 	require.NoError(t, err)
-	s, err := remote.New(c, remote.Options{Node: "me"})
+	o := remote.Options{Node: "me"}
+	if len(opts) > 0 {
+		o = opts[0]
+		o.Node = "me"
+	}
+	s, err := remote.New(c, o)
 	require.NoError(t, err)
 	b := breaker.New(breaker.Settings{Timeout: time.Second, OpenFor: 50 * time.Millisecond})
 	logs := &bytes.Buffer{}
@@ -125,33 +92,82 @@ func (f *fixture) allow(t *testing.T, key string, lim limit.Limit, n int64) bool
 
 func TestRoundReportsAndSeeds(t *testing.T) {
 	f := newFixture(t, Config{})
-	lim := limit.Per(100, time.Hour)
-	require.True(t, f.allow(t, "k", lim, 30))
+	lim := limit.Per(100, time.Hour) // alone: the whole limit, due at 50
+	require.True(t, f.allow(t, "k", lim, 60))
 	require.NoError(t, f.r.Round(bg))
 	st := f.r.Stats()
 	assert.Equal(t, uint64(1), st.Rounds)
 	assert.Equal(t, uint64(1), st.KeysSent)
 	assert.Equal(t, 0, st.Pending)
 	assert.Equal(t, 1, st.Nodes)
+	assert.Equal(t, 1, st.Leases, "Redis granted this node the key's whole limit")
 
-	// Another node spends 50 on the same key; after this node's next round
-	// its memory holds the global state: 20 left.
+	// Another node spends 30 on the same key. This node, unaware, spends 20
+	// more and is then denied: the denial reports, and the answer holds the
+	// fleet's spend: 110 of 100, in debt.
 	other, err := remote.New(f.store.Client(), remote.Options{Node: "other"})
 	require.NoError(t, err)
 	var r remote.Round
-	require.NoError(t, other.Reconcile(bg, []remote.Report{{Key: "k", Limit: lim, Epoch: 1, Total: 50, Demand: 1}}, &r))
-	require.True(t, f.allow(t, "k", lim, 1))
+	require.NoError(t, other.Reconcile(bg, []remote.Report{{Key: "k", Limit: lim, Epoch: 1, Total: 30, Demand: 1}}, &r))
+	require.True(t, f.allow(t, "k", lim, 20))
+	require.False(t, f.allow(t, "k", lim, 30))
 	require.NoError(t, f.r.Round(bg))
 	res, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(19), res.Remaining, "100 - 30 - 50 - 1")
+	assert.Equal(t, int64(0), res.Remaining, "in debt")
+	spent, err := f.store.Ledger(bg, "k", lim)
+	require.NoError(t, err)
+	assert.Equal(t, int64(110), spent)
 	assert.Equal(t, 2, f.r.Stats().Nodes)
+}
+
+// TestColdKeysCostRedisNothing: keys spent on far below this node's share
+// are decided in memory and not reported, round after round; a final flush
+// reports them.
+func TestColdKeysCostRedisNothing(t *testing.T) {
+	f := newFixture(t, Config{})
+	warmUp(t, f)
+	hook := &batchHook{}
+	f.store.Client().AddHook(hook)
+	lim := limit.Per(100, time.Hour)
+	for i := range 1000 {
+		require.True(t, f.allow(t, fmt.Sprintf("cold%d", i), lim, 1+int64(i%10)))
+	}
+	for range 5 {
+		require.NoError(t, f.r.Round(bg))
+	}
+	assert.Equal(t, []int{1, 1, 1, 1, 1}, hook.pipelines(), "the heartbeat alone")
+	require.NoError(t, f.r.Flush(bg))
+	total := int64(0)
+	for i := range 1000 {
+		spent, err := f.store.Ledger(bg, fmt.Sprintf("cold%d", i), lim)
+		require.NoError(t, err)
+		total += spent
+	}
+	assert.Equal(t, int64(100*(1+10)/2*10), total, "every weight reached the ledger at the flush")
+}
+
+// TestPressureReportsBackOff: a key denied round after round on one node,
+// with nothing to change, is reported ever more rarely.
+func TestPressureReportsBackOff(t *testing.T) {
+	f := newFixture(t, Config{})
+	lim := limit.Per(10, time.Hour)
+	reports := 0
+	for range 64 {
+		f.allow(t, "hot", lim, 1)
+		f.allow(t, "hot", lim, 10) // denied every round
+		before := f.r.Stats().KeysSent
+		require.NoError(t, f.r.Round(bg))
+		reports += int(f.r.Stats().KeysSent - before)
+	}
+	assert.LessOrEqual(t, reports, 10, "1, 2, 4, 8, 16, 32 rounds apart, not 64 reports")
+	assert.GreaterOrEqual(t, reports, 3)
 }
 
 func TestFailedRoundKeepsSpend(t *testing.T) {
 	f := newFixture(t, Config{})
 	lim := limit.Per(100, time.Hour)
-	require.True(t, f.allow(t, "k", lim, 40))
+	require.True(t, f.allow(t, "k", lim, 60))
 	f.srv.Kill()
 	assert.Error(t, f.r.Round(bg))
 	assert.Equal(t, 1, f.r.Stats().Pending, "kept for the next round")
@@ -159,12 +175,10 @@ func TestFailedRoundKeepsSpend(t *testing.T) {
 	f.srv.Restart()
 	require.Eventually(t, func() bool { return f.r.Round(bg) == nil }, 5*time.Second, 60*time.Millisecond)
 	assert.Equal(t, 0, f.r.Stats().Pending)
-	v, err := f.srv.Do("HGET", "rl:tb:{k}", "l")
-	require.NoError(t, err)
-	assert.NotNil(t, v)
+	require.NoError(t, f.r.Flush(bg))
 	d, err := f.store.AllowN(bg, "k", lim, 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(58), d.Remaining, "the 42 spent across the outage reached the empty Redis")
+	assert.Equal(t, int64(38), d.Remaining, "the 62 spent across the outage reached the empty Redis")
 }
 
 func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
@@ -172,26 +186,99 @@ func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
 	lim := limit.Per(100, time.Hour)
 	f.srv.Kill()
 	for _, k := range []string{"a", "b", "c"} {
-		require.True(t, f.allow(t, k, lim, 5))
+		require.True(t, f.allow(t, k, lim, 55))
 	}
 	assert.Error(t, f.r.Round(bg))
-	assert.Equal(t, uint64(5), f.r.Stats().LostSpend)
+	assert.Equal(t, uint64(55), f.r.Stats().LostSpend)
 	assert.Contains(t, f.logs.String(), "spend lost")
-	assert.Contains(t, f.logs.String(), "weight=5")
+	assert.Contains(t, f.logs.String(), "weight=55")
 }
 
-func TestRefusedKeyIsDroppedNotRetriedForever(t *testing.T) {
+// TestRefusedKeyIsDecidedUnderTheFallback: a key of another type under our
+// prefix is named once in the log, counted, marked so that decisions on it
+// use the fallback, and its spend is kept until Redis accepts the key again.
+func TestRefusedKeyIsDecidedUnderTheFallback(t *testing.T) {
 	f := newFixture(t, Config{})
 	lim := limit.Per(100, time.Hour)
-	_, err := f.srv.Do("SET", "rl:tb:{theirs}", "someone else's")
+	theirs := "rl:tb:{theirs}:100/1h0m0s/100"
+	_, err := f.srv.Do("SET", theirs, "someone else's")
 	require.NoError(t, err)
-	require.True(t, f.allow(t, "theirs", lim, 3))
-	require.True(t, f.allow(t, "ours", lim, 3))
+	require.True(t, f.allow(t, "theirs", lim, 60))
+	require.True(t, f.allow(t, "ours", lim, 60))
 	require.NoError(t, f.r.Round(bg))
 	st := f.r.Stats()
-	assert.Equal(t, 0, st.Pending)
-	assert.Equal(t, uint64(3), st.LostSpend)
-	assert.Contains(t, f.logs.String(), "redis refused the key")
+	assert.Equal(t, uint64(1), st.KeyFaults)
+	assert.Zero(t, st.LostSpend, "kept, not dropped")
+	assert.Equal(t, 1, strings.Count(f.logs.String(), "redis refuses this key"))
+	assert.Contains(t, f.logs.String(), "key=theirs")
+	_, err = f.engine.AllowN(time.Now().UnixNano(), "theirs", lim, 1)
+	assert.ErrorIs(t, err, local.ErrFaulted)
+	res, err := f.engine.AllowN(time.Now().UnixNano(), "ours", lim, 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+
+	// Someone removes their key: the next try accepts ours, with its spend.
+	_, err = f.srv.Do("DEL", theirs)
+	require.NoError(t, err)
+	for range faultRetryRounds + 1 {
+		require.NoError(t, f.r.Round(bg))
+	}
+	assert.Equal(t, 1, strings.Count(f.logs.String(), "redis refuses this key"), "named once")
+	spent, err := f.store.Ledger(bg, "theirs", lim)
+	require.NoError(t, err)
+	assert.Equal(t, int64(60), spent)
+	_, err = f.engine.AllowN(time.Now().UnixNano(), "theirs", lim, 1)
+	assert.NoError(t, err, "decided in memory again")
+}
+
+// TestLeaseLapsesToTheDefaultShare: a share Redis granted is used only while
+// its lease holds; an idle key goes back to one over the fleet.
+func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
+	f := newFixture(t, Config{FleetSize: 4, Interval: 10 * time.Millisecond},
+		remote.Options{Lease: 400 * time.Millisecond, ShortLease: 100 * time.Millisecond})
+	lim := limit.Per(100, time.Hour)
+	assert.Equal(t, local.ShareAmong(4), f.engine.DefaultShare())
+	_, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 30)
+	require.ErrorIs(t, err, local.ErrEscalate, "a quarter of the burst: 30 is too heavy to pass here")
+	require.True(t, f.allow(t, "k", lim, 20))
+	require.False(t, f.allow(t, "k", lim, 10), "denied: pressure")
+	require.NoError(t, f.r.Round(bg))
+	require.Equal(t, 1, f.r.Stats().Leases)
+	res, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(80), res.Remaining, "alone on the key: granted all of what is left")
+
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan struct{})
+	go func() { f.r.Run(ctx); close(done) }()
+	require.Eventually(t, func() bool { return f.r.Stats().Leases == 0 }, 5*time.Second, 5*time.Millisecond,
+		"the short lease of a share above an even split lapses unused")
+	cancel()
+	<-done
+	res, err = f.engine.AllowN(time.Now().UnixNano(), "k", lim, 0)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, res.Remaining, int64(20), "back to a quarter of the estimate")
+}
+
+// TestEscalateDecidesOnTheFleetsState: a request heavier than the node's
+// share goes to Redis, which admits it while the fleet's state has room,
+// counts it once, and refuses it when not.
+func TestEscalateDecidesOnTheFleetsState(t *testing.T) {
+	f := newFixture(t, Config{FleetSize: 4})
+	lim := limit.Per(100, time.Hour)
+	_, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 60)
+	require.ErrorIs(t, err, local.ErrEscalate)
+	esc, err := f.r.Escalate(bg, "k", lim, 60, time.Second)
+	require.NoError(t, err)
+	assert.True(t, esc.Admitted)
+	esc, err = f.r.Escalate(bg, "k", lim, 60, time.Second)
+	require.NoError(t, err)
+	assert.False(t, esc.Admitted, "60 + 60 > 100")
+	require.NoError(t, f.r.Flush(bg))
+	spent, err := f.store.Ledger(bg, "k", lim)
+	require.NoError(t, err)
+	assert.Equal(t, int64(60), spent)
+	assert.Equal(t, uint64(2), f.r.Stats().Escalations)
 }
 
 func TestRunStopsWithItsContext(t *testing.T) {
@@ -278,6 +365,9 @@ func warmUp(t *testing.T, f *fixture) {
 	require.NoError(t, f.r.Round(bg))
 }
 
+// due is a limit one request puts due for a report: half of a burst of 2.
+var due = limit.Per(2, time.Hour)
+
 func spendOnKeys(t *testing.T, f *fixture, n int, lim limit.Limit) []string {
 	t.Helper()
 	keys := make([]string, n)
@@ -292,11 +382,11 @@ func spendOnKeys(t *testing.T, f *fixture, n int, lim limit.Limit) []string {
 // its own call: no single call grows with the round, so a node with a
 // large backlog (after an outage) never has a call that must time out.
 func TestRoundSendsInBatches(t *testing.T) {
-	f := newFixture(t, Config{BatchSize: 1000})
+	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 10000})
 	warmUp(t, f)
 	hook := &batchHook{}
 	f.store.Client().AddHook(hook)
-	spendOnKeys(t, f, 4500, limit.Per(100, time.Hour))
+	spendOnKeys(t, f, 4500, due)
 
 	require.NoError(t, f.r.Round(bg))
 	// Each call also carries the heartbeat's key.
@@ -318,7 +408,7 @@ func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
 	warmUp(t, f)
 	hook := &batchHook{after: 1, then: f.srv.Pause}
 	f.store.Client().AddHook(hook)
-	lim := limit.Per(100, time.Hour)
+	lim := due
 	keys := spendOnKeys(t, f, 3000, lim)
 
 	require.Error(t, f.r.Round(bg), "the second batch meets a stopped Redis")
@@ -332,6 +422,28 @@ func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
 	for _, k := range keys {
 		d, err := f.store.AllowN(bg, k, lim, 0)
 		require.NoError(t, err)
-		require.Equal(t, int64(99), d.Remaining, "%s: spent once, counted once", k)
+		require.Equal(t, int64(1), d.Remaining, "%s: spent once, counted once", k)
 	}
+}
+
+// A key under pressure is reported in the first round, however many keys
+// are due with it: a flood of keys cannot delay it.
+func TestPressureGoesFirst(t *testing.T) {
+	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 1000})
+	warmUp(t, f)
+	spendOnKeys(t, f, 5000, due)
+	hot := limit.Per(10, time.Hour)
+	require.True(t, f.allow(t, "hot", hot, 10))
+	require.False(t, f.allow(t, "hot", hot, 1))
+	require.NoError(t, f.r.Round(bg))
+	spent, err := f.store.Ledger(bg, "hot", hot)
+	require.NoError(t, err)
+	assert.Equal(t, int64(10), spent, "reported in the first round")
+	st := f.r.Stats()
+	assert.Equal(t, uint64(1+1000), st.KeysSent, "at most MaxReports a round")
+	assert.Equal(t, uint64(4001), st.Deferred)
+	for range 5 {
+		require.NoError(t, f.r.Round(bg))
+	}
+	assert.Zero(t, f.r.Stats().Pending, "the rest follow, a bounded batch a round")
 }

@@ -1,11 +1,22 @@
 // Package reconcile (in directory sync, whose name would shadow the
 // standard library's: import it as reconcile) keeps a node's memory and Redis
-// in step. Every interval, with jitter, it takes what the node spent since
-// the last round from the local engine, sends it to Redis through the
-// circuit breaker in pipelined batches of bounded size (one batch, usually;
-// many after an outage left a backlog), and seeds each key's local state with
-// the global state that came back, in this node's share of the limit: its
-// demand over the demand of all the key's active nodes.
+// in step, spending Redis's work where the limits are under pressure rather
+// than on every key a node touches.
+//
+// A node decides every key in its share of the key's limit: one over the
+// fleet by default, or what Redis granted it under a lease. Most keys (a
+// client, an IP, an API key far below its limit) never need Redis at all:
+// the node's share decides them, and the node remembers what it spent. A key
+// is reported when it matters: when the node's unreported spend on it
+// reaches half its share (so what any node has not told the fleet stays
+// bounded), when a request was denied or was too heavy for the share (the
+// node wants more: such reports back off while they change nothing), when a
+// granted share's lease is due for renewal and the key is still in use, and
+// for spend of keys evicted from memory. Each round, with jitter, the
+// reconciler takes what is due from the local engine, sends it to Redis
+// through the circuit breaker in pipelined batches of bounded size, the most
+// pressing first and at most Config.MaxReports of them, and seeds each key
+// with the global state that came back, in the share granted.
 //
 // Reports are idempotent: the node counts, per key, all it spent since the
 // counter began, and Redis applies only what it has not applied before. A
@@ -22,12 +33,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
 )
@@ -42,6 +55,15 @@ const (
 	sweepEvery = 10
 	// sweepPerShard bounds the keys a sweep looks at per shard.
 	sweepPerShard = 64
+	// maxBackoff bounds how far pressure reports that change nothing back
+	// off: one report per 2^maxBackoff rounds at most.
+	maxBackoff = 5
+	// faultRetryRounds is how many rounds a key Redis refused waits before
+	// it is tried again.
+	faultRetryRounds = 50
+	// maxNamedKeys bounds the keys named in the logs of refused keys, so a
+	// flood of bad keys cannot flood the log; beyond it they are counted.
+	maxNamedKeys = 1024
 )
 
 // Config configures a Reconciler. The zero value is usable.
@@ -54,28 +76,32 @@ type Config struct {
 	Jitter float64
 	// BatchSize is the most keys one call to Redis carries. A round sends
 	// its keys in batches, one after another, and stops at the first that
-	// fails (the rest wait for the next round), so a round of any size (a
-	// node's keys after a long outage) makes progress in calls of bounded
-	// duration. Zero means 2,000: about 25 ms of Redis's time at the
-	// measured 80,000 keys/s.
+	// fails (the rest wait for the next round). Zero means 2,000.
 	BatchSize int
 	// BatchTimeout bounds each batch's call to Redis. Zero means the
 	// breaker's timeout, at least 5 intervals and at least 250 ms: a batch
 	// carries many keys, a decision one.
 	BatchTimeout time.Duration
-	// MaxPending bounds the keys the reconciler keeps a running total for:
-	// the keys spent on recently, and all whose spend Redis has not
-	// acknowledged yet (while it is unreachable). Zero means 1,048,576.
+	// MaxReports is the most keys one round reports, the most pressing
+	// first (denied or too-heavy requests, then leases to renew, then spend
+	// past its threshold, then spend of evicted keys): however many keys a
+	// node holds, the round that carries a key under pressure stays short.
+	// Zero means four batches.
+	MaxReports int
+	// MaxPending bounds the keys the reconciler keeps counters for: keys
+	// reported recently, and all whose spend Redis has not acknowledged
+	// (while it is unreachable). Zero means 1,048,576. Spend beyond it is
+	// dropped, counted in Stats.LostSpend and logged once per round.
 	MaxPending int
 	// ActiveWindow is Redis's active window (remote.Options.ActiveWindow):
 	// an acknowledged key idle for half of it is forgotten, well before
 	// Redis forgets this node's totals for it. Zero means 10 s.
 	ActiveWindow time.Duration
-	// FleetSize is a configured number of nodes (0: none). It takes priority
-	// over the nodes seen in Redis when new keys and degraded mode divide the
-	// limit.
+	// FleetSize is a configured number of nodes (0: none). Shares are
+	// divided by the larger of it and the nodes seen in Redis.
 	FleetSize int
-	// Logger receives lost spend and refused keys. Nil means slog.Default().
+	// Logger receives lost spend, lost state and refused keys. Nil means
+	// slog.Default().
 	Logger *slog.Logger
 	// OnRound, if set, is called after every round with what happened, on
 	// the reconciler's goroutine and outside its locks (metrics hook here).
@@ -85,6 +111,7 @@ type Config struct {
 // RoundInfo describes one round, for metrics.
 type RoundInfo struct {
 	Keys     int           // keys reported
+	Deferred int           // keys due that waited for a later round (MaxReports)
 	Duration time.Duration // the round trip to Redis, or the time to fail
 	Err      error         // why the round failed; nil when it succeeded
 	Nodes    int           // nodes active in the fleet, as Redis answered
@@ -99,26 +126,46 @@ type Deps struct {
 	Offset  *clock.Offset
 }
 
-// Reconciler runs reconciliation rounds. Run it on one goroutine; Round and
-// Flush may be called from others (rounds never overlap).
+// Reconciler runs reconciliation rounds. Run it on one goroutine; Round,
+// Flush and Escalate may be called from others (rounds never overlap).
 type Reconciler struct {
 	cfg  Config
 	deps Deps
 	log  *slog.Logger
 
-	mu       sync.Mutex // one round at a time; guards the fields below
+	roundMu sync.Mutex // one round at a time; guards the round's buffers
+
+	mu       sync.Mutex // counters and the fields below; never held across a call to Redis
 	counters *counters
-	taken    []local.Spend
-	due      []*counter
-	reports  []remote.Report // reused while calls return; see runRound
-	round    *remote.Round
+	peak     int
 	rounds   int
+	named    map[string]struct{} // refused keys already logged by name
+	leases   map[keyLim]*lease   // shares Redis granted, until they lapse
+	picks    []pick
+
+	taken   []local.Spend
+	reports []remote.Report
+	sent    []sentReport
+	round   *remote.Round
+	dropped uint64 // the engine's dropped spend last seen
+
+	seq atomic.Int64 // sequence numbers of sync decisions
 
 	stats struct {
-		rounds, errors, keys, lost atomic.Uint64
-		pending, nodes             atomic.Int64
-		lastDuration               atomic.Int64
+		rounds, errors, keys, lost, lostState, faults, escalations, deferred atomic.Uint64
+		pending, nodes, leases                                               atomic.Int64
+		lastDuration                                                         atomic.Int64
 	}
+}
+
+// sentReport is what a report carried, to acknowledge when its answer comes.
+type sentReport struct {
+	c                     *counter
+	total, refilled, hits int64
+	taken                 time.Time
+	pressure              bool
+	grant                 int64
+	due, orphan, renew    bool // the reasons the counter had to be reported
 }
 
 // New returns a Reconciler of deps.
@@ -126,9 +173,9 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
 		return nil, errors.New("reconcile: every dependency is required")
 	}
-	if cfg.Interval < 0 || cfg.BatchTimeout < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.FleetSize < 0 {
-		return nil, fmt.Errorf("reconcile: negative interval %v, batch timeout %v, batch size %d, max pending %d or fleet size %d",
-			cfg.Interval, cfg.BatchTimeout, cfg.BatchSize, cfg.MaxPending, cfg.FleetSize)
+	if cfg.Interval < 0 || cfg.BatchTimeout < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.FleetSize < 0 || cfg.MaxReports < 0 {
+		return nil, fmt.Errorf("reconcile: negative interval %v, batch timeout %v, batch size %d, max pending %d, fleet size %d or max reports %d",
+			cfg.Interval, cfg.BatchTimeout, cfg.BatchSize, cfg.MaxPending, cfg.FleetSize, cfg.MaxReports)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultInterval
@@ -145,6 +192,9 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = DefaultBatchSize
 	}
+	if cfg.MaxReports == 0 {
+		cfg.MaxReports = 4 * cfg.BatchSize
+	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
@@ -155,7 +205,9 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round)}
+	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round),
+		named: make(map[string]struct{}), leases: make(map[keyLim]*lease)}
+	r.seq.Store(time.Now().UnixMicro())
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
 	return r, nil
 }
@@ -163,8 +215,26 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 // Interval returns the time between rounds.
 func (r *Reconciler) Interval() time.Duration { return r.cfg.Interval }
 
-// Run runs rounds every interval, with jitter, until ctx is done.
+// Run runs rounds every interval, with jitter, until ctx is done. Leases are
+// checked every interval on a goroutine of their own, so a round that takes
+// long (a slow Redis) never lets a lapsed share be used.
 func (r *Reconciler) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.expireLeases()
+			}
+		}
+	}()
+	defer wg.Wait()
 	timer := time.NewTimer(r.next())
 	defer timer.Stop()
 	for {
@@ -187,55 +257,74 @@ func (r *Reconciler) next() time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// Round runs one round now: takes the engine's spend, sends everything
-// pending, and seeds the keys Redis answered for. It returns why the round
-// failed, if it did; the spend it could not send is kept for the next.
+// Round runs one round now: takes the engine's due spend, reports the keys
+// that need it, and seeds the keys Redis answered for. It returns why the
+// round failed, if it did; the spend it could not send is kept for the next.
 func (r *Reconciler) Round(ctx context.Context) error {
-	info, err := r.runRound(ctx)
+	info, err := r.runRound(ctx, false)
 	if r.cfg.OnRound != nil {
 		r.cfg.OnRound(info)
 	}
 	return err
 }
 
-func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if b := r.deps.Breaker; b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
+// now returns the local time and the time on Redis's clock.
+func (r *Reconciler) now() (time.Time, int64) {
+	t := r.deps.Clock.Now()
+	return t, r.deps.Offset.Map(t)
+}
+
+func (r *Reconciler) runRound(ctx context.Context, flush bool) (RoundInfo, error) {
+	r.roundMu.Lock()
+	defer r.roundMu.Unlock()
+	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.
 		r.stats.rounds.Add(1)
 		r.stats.errors.Add(1)
 		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
 	}
+	start, rnow := r.now()
 	e := r.deps.Engine
-	start := r.deps.Clock.Now()
-	r.taken = e.TakeSpend(r.taken[:0])
+	if flush {
+		r.taken = e.TakeSpend(r.taken[:0])
+	} else {
+		r.taken = e.TakeDue(rnow, r.taken[:0])
+	}
+	if d := e.Dropped(); d > r.dropped {
+		r.lose(int64(d-r.dropped), "too much spend of evicted keys to keep before a round took it")
+		r.dropped = d
+	}
+
+	r.mu.Lock()
+	r.rounds++
 	lost := int64(0)
 	for _, s := range r.taken {
 		lost += r.counters.add(s, start)
 	}
 	clear(r.taken) // drop the key strings for the GC
+	r.renewals(rnow)
+	deferred := r.build(rnow, flush)
+	r.mu.Unlock()
 	if lost > 0 {
 		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
 	}
-
-	clear(r.due)
-	r.due = r.counters.due(r.due[:0])
-	r.reports = r.reports[:0]
-	for _, c := range r.due {
-		seconds := max(start.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
-		r.reports = append(r.reports, remote.Report{Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
-			Total: c.total, Acked: c.acked, Demand: float64(c.hits) / seconds})
-	}
-	info := RoundInfo{Keys: len(r.reports)}
+	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
+	r.stats.deferred.Add(uint64(deferred))
 
 	// Batch by batch; even a round with nothing to report makes one call,
 	// the node's heartbeat.
 	var err error
+	sent := r.sent
 	for from := 0; ; from += r.cfg.BatchSize {
-		to := min(from+r.cfg.BatchSize, len(r.reports))
-		if err = r.sendBatch(ctx, from, to, start); err != nil || to == len(r.reports) {
+		to := min(from+r.cfg.BatchSize, len(sent))
+		if err = r.sendBatch(ctx, from, to); err != nil {
+			r.mu.Lock()
+			restore(sent[from:])
+			r.mu.Unlock()
+			break
+		}
+		if to == len(sent) {
 			break
 		}
 	}
@@ -243,7 +332,9 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	info.Duration = end.Sub(start)
 	r.stats.lastDuration.Store(int64(info.Duration))
 	r.stats.rounds.Add(1)
+	r.mu.Lock()
 	r.stats.pending.Store(int64(r.counters.unacked()))
+	r.mu.Unlock()
 	if err != nil {
 		r.stats.errors.Add(1)
 		info.Err = err
@@ -251,21 +342,24 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	}
 	info.Nodes = int(r.stats.nodes.Load())
 	now := r.deps.Offset.Map(end)
-	r.counters.forget(end, r.cfg.ActiveWindow/2, now)
+	r.mu.Lock()
+	r.forget(end, now)
+	r.counters.shrink(&r.peak)
 	r.stats.pending.Store(int64(r.counters.unacked()))
-	if r.rounds++; r.rounds%sweepEvery == 0 {
+	rounds := r.rounds
+	r.mu.Unlock()
+	if rounds%sweepEvery == 0 {
 		e.Sweep(now, sweepPerShard)
 	}
 	return info, nil
 }
 
-// sendBatch sends reports[from:to] (due[from:to]) in one call through the
-// breaker, and applies the answers: acknowledged totals, and each key's
-// local state seeded with its share of the global state. taken is when the
-// round took the spend it reports.
-func (r *Reconciler) sendBatch(ctx context.Context, from, to int, taken time.Time) error {
-	reports, due, round := r.reports[from:to], r.due[from:to], r.round
-	sent := r.deps.Clock.Now()
+// sendBatch sends reports[from:to] in one call through the breaker, and
+// applies the answers.
+func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
+	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
+	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
+	callSent := r.deps.Clock.Now()
 	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
 	})
@@ -274,33 +368,17 @@ func (r *Reconciler) sendBatch(ctx context.Context, from, to int, taken time.Tim
 		// context) while the call still runs and reads these buffers: they
 		// are the call's now; the next round gets new ones. Whether it
 		// reached Redis or not, the next round reports the same totals.
-		r.reports, r.round = nil, new(remote.Round)
+		r.reports, r.sent, r.round = nil, nil, new(remote.Round)
 	}
 	if err != nil {
 		return err
 	}
-
 	received := r.deps.Clock.Now()
-	r.deps.Offset.Observe(sent, time.Unix(0, round.Now), received)
-	e := r.deps.Engine
-	e.SetFleet(r.cfg.FleetSize, round.Nodes)
+	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
+	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
 	r.stats.nodes.Store(int64(round.Nodes))
-	now := r.deps.Offset.Map(received)
-	for i, a := range round.Answers {
-		c, rep := due[i], reports[i]
-		if a.Err != nil {
-			if remote.IsKeyFault(a.Err) || !errors.As(a.Err, new(*remote.Error)) {
-				// Redis refuses this key for good (someone else's value, a
-				// limit it cannot take): keeping it would only grow.
-				r.lose(r.counters.drop(c), "redis refused the key", "key", rep.Key, "err", a.Err)
-			}
-			continue // kept: the next round reports the same total again
-		}
-		r.counters.ack(c, rep.Total, c.hits, taken) // counters change only in rounds: c still holds what was sent
-		share := Share(a.Demand, a.Total, a.Nodes)
-		_ = e.Seed(now, rep.Key, rep.Limit, a.State, share, a.Nodes) // validated when it was decided
-	}
 	r.stats.keys.Add(uint64(len(reports)))
+	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
 	return nil
 }
 
@@ -310,17 +388,31 @@ func (r *Reconciler) lose(weight int64, why string, args ...any) {
 		return
 	}
 	r.stats.lost.Add(uint64(weight))
-	r.log.Warn("reconcile: spend lost: "+why, append([]any{"weight", weight}, args...)...)
+	r.log.Warn("reconcile: spend lost: "+why, append([]any{"weight", weight, "lost_total", r.stats.lost.Load()}, args...)...)
 }
 
-// Flush runs a round now and reports whether everything this node spent has
-// reached Redis: nil, or the round's error and how much is still pending.
+// Flush takes every spend the engine holds, due or not, reports it, and
+// tells whether everything this node spent has reached Redis: nil, or why
+// not and how much is still unreported.
 func (r *Reconciler) Flush(ctx context.Context) error {
-	if err := r.Round(ctx); err != nil {
-		return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", r.stats.pending.Load(), err)
+	info, err := r.runRound(ctx, true)
+	if r.cfg.OnRound != nil {
+		r.cfg.OnRound(info)
 	}
-	if n := r.stats.pending.Load(); n > 0 {
-		return fmt.Errorf("reconcile: flush: %d keys of spend not reported", n)
+	r.mu.Lock()
+	keys, weight := 0, int64(0)
+	for _, c := range r.counters.m {
+		if c.total > c.acked {
+			keys++
+			weight += c.total - c.acked
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) not reported: %w", keys, weight, err)
+	}
+	if keys > 0 {
+		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) not reported", keys, weight)
 	}
 	return nil
 }
@@ -329,8 +421,13 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 type Stats struct {
 	Rounds, RoundErrors uint64        // rounds run, and those that failed
 	KeysSent            uint64        // reports sent in successful rounds
-	LostSpend           uint64        // weight dropped: buffer full, or a key Redis refuses
-	Pending             int           // keys with spend Redis has not acknowledged, as of the last round that took spend
+	Deferred            uint64        // reports due that waited for a later round
+	Escalations         uint64        // requests decided in Redis because the node's share could not
+	LostSpend           uint64        // weight dropped: a bound hit, or a key Redis refuses
+	StateLost           uint64        // keys Redis had lost state of (evicted, deleted), restored
+	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
+	Leases              int           // keys whose share Redis granted under a live lease
+	Pending             int           // keys with spend Redis has not acknowledged, as of the last round
 	Nodes               int           // nodes active in the fleet at the last round
 	LastRound           time.Duration // the last round's duration
 }
@@ -339,7 +436,28 @@ type Stats struct {
 func (r *Reconciler) Stats() Stats {
 	return Stats{
 		Rounds: r.stats.rounds.Load(), RoundErrors: r.stats.errors.Load(), KeysSent: r.stats.keys.Load(),
-		LostSpend: r.stats.lost.Load(), Pending: int(r.stats.pending.Load()), Nodes: int(r.stats.nodes.Load()),
+		Deferred: r.stats.deferred.Load(), Escalations: r.stats.escalations.Load(),
+		LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(), KeyFaults: r.stats.faults.Load(),
+		Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()), Nodes: int(r.stats.nodes.Load()),
 		LastRound: time.Duration(r.stats.lastDuration.Load()),
 	}
+}
+
+// windowOf is the window of lim that rnow (Unix ns, Redis's clock) falls
+// in; zero for the buckets.
+func windowOf(lim limit.Limit, rnow int64) int64 {
+	if lim.Algorithm.IsBucket() {
+		return 0
+	}
+	return rnow / int64(lim.Period)
+}
+
+// sortPicks orders picks most pressing first.
+func sortPicks(p []pick) {
+	slices.SortFunc(p, func(a, b pick) int {
+		if a.prio != b.prio {
+			return b.prio - a.prio
+		}
+		return int(a.c.epoch - b.c.epoch) // a key's older counter first
+	})
 }

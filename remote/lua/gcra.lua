@@ -10,6 +10,10 @@
 -- ARGV[3]  n, the request's weight      ARGV[4]  mode: 0 token bucket,
 --          1 leaky meter (admit only when drained), 2 leaky queue (reserve)
 -- ARGV[5]  ms the key outlives a full bucket
+-- ARGV[6]  node                          ARGV[7]  the decision's sequence
+--          number for this node (0: none); when the request is admitted it
+--          is kept as q:<node>, so a report of the same request decided again
+--          in memory after this call timed out is not applied twice
 --
 -- Returns {allowed (0/1), level before (ns), level after (ns), now (µs)}:
 -- the caller derives remaining, retry-after, reset-after and the delay.
@@ -18,6 +22,7 @@ local tau = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
 local keep = tonumber(ARGV[5])
+local seq = tonumber(ARGV[7]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -48,5 +53,6 @@ if allowed and n > 0 then
   else
     redis.call('HSET', KEYS[1], 't', now, 'l', level)
   end
+  if seq > 0 then redis.call('HSET', KEYS[1], 'q:' .. ARGV[6], seq) end
 end
 return {allowed and 1 or 0, before, level, now}

@@ -1,195 +1,249 @@
--- reconcile.lua: apply one node's spend on a batch of keys, on Redis server
+-- reconcile.lua: apply one node's reports on a batch of keys, on Redis server
 -- TIME, atomically per key. A batch may hold keys of every algorithm but the
 -- sliding window log; on a Cluster, a batch holds one key.
 --
--- KEYS     one hash per key: the state fields of gcra.lua or window.lua,
---          x = the ms at which the key expires, and per node that reports on
---          the key s:<node> = server µs of its last report, d:<node> = its
---          demand (requests per second), and the epochs and totals below.
--- ARGV     node, active window µs, keep ms, then per key eight values:
---          kind (0 bucket, 1 fixed window, 2 sliding window counter),
---          interval ns (bucket) or period µs (window), tolerance ns (bucket,
---          else 0), the node's total spend on the key in this epoch, the
---          window it was spent in (windows), the epoch, the demand, and the
---          part of the total Redis has acknowledged to the node.
+-- KEYS     one hash per (key, limit): the state fields of gcra.lua or
+--          window.lua, x = the ms at which the key expires, s = the ledger
+--          (every weight ever applied), and per node that reports on the key
+--          e:<node> = "ea:ca:ha:eb:cb:hb" (its two latest epochs, each with
+--          the raw total and the charged total applied) and g:<node> =
+--          "grant:lease:demand:seen" (its share of the limit in 1/32768,
+--          until when, in server µs; its demand in thousandths of a request
+--          per second; when it last reported, server µs).
+-- ARGV     node, active window µs, keep ms, lease µs, short lease µs, the
+--          number of nodes in the fleet, then per key sixteen
+--          values: kind (0 bucket, 1 fixed window, 2 sliding window
+--          counter); interval ns (bucket) or period µs (window); tolerance ns
+--          (bucket) or rate (window); the epoch; the raw total spent in it;
+--          the charged total; the acknowledged raw and charged totals; the
+--          window the spend was made in (windows); the demand (requests per
+--          second); the node's estimate of the key's state (bucket: level
+--          ns, 0, 0; window: w, c, p); a heavy request's weight to decide
+--          now (0 for none); and a sync decision whose fate the node does not
+--          know (its sequence number and weight, 0 0 for none).
 --
--- Reports are idempotent. A node reports the total it spent on a key since
+-- Reports are idempotent. A node reports the totals it spent on a key since
 -- the counter's epoch began, never a difference, and the hash remembers per
--- node the totals it applied for the node's two latest epochs (ea/ca and
--- eb/cb): only what exceeds them is applied. A report sent twice (a round
--- the client stopped waiting for did reach Redis, and was sent again), or
--- arriving late after a newer one, changes nothing. Epochs grow: a node
--- starts a new one when it starts counting a key afresh, so an epoch older
--- than both kept is stale and ignored. When the hash has no record of an
--- epoch (a new counter, or a node silent long enough to be forgotten, or a
--- Redis that lost its data), only what the node was never told was applied
--- is: the total less the acknowledged part.
+-- node the totals it applied for the node's two latest epochs: only what
+-- exceeds them is applied. A report sent twice (a round the client stopped
+-- waiting for did reach Redis, and was sent again), or late after a newer
+-- one, changes nothing. When the hash has no record of an epoch, only what
+-- the node was never told was applied is.
 --
--- A bucket's TAT refills by time, moves ahead by what was spent, and may run
--- up to one more tolerance past a full bucket: that debt is what the fleet
--- over-admitted, paid back before anyone is admitted again, so the long-run
--- rate stays exact. It is capped there, so an outage spent in FailOpen does
--- not lock the key out for hours. A window's spend counts in the window it
--- was made in: the current one, or the previous one (which only the sliding
--- counter still weighs); older spend no longer matters.
+-- Two totals: the raw total is every weight admitted, and goes to the ledger;
+-- the charged total is what weighs on the limit: the same, but for spend made
+-- while the node was degraded, which is charged only for what of it had not
+-- refilled when the node could report it (a client that stayed within its
+-- limit through an outage is not charged for it again afterwards). Nothing
+-- caps the debt that charges make: over-admission is always paid back.
 --
--- A node's demand is smoothed 1:1 with its previous report while that is
--- fresh. A node silent for longer than the active window no longer counts
--- as active (its demand is dropped); its totals are kept for 60 active
--- windows, since a node that fell silent is more often cut off than gone,
--- and only then is it forgotten, so departed nodes do not pile up in a key.
+-- Loss. A node that has been told its spend was applied (acked > 0) and finds
+-- the key's state gone (evicted, deleted, a Redis restarted empty), or its
+-- epoch's total lower than what it was told, knows the key went back behind
+-- spend it reported. The state is then restored to at least the node's own
+-- estimate of it, the totals are applied again, and the answer says so.
 --
--- Each key is read whole, then written once: a key that fails has changed
--- nothing, so its spend may be sent again safely.
+-- Shares. Each node's share of the limit is granted under a lease: its
+-- demand over the demand of every node active on the key (each given a floor
+-- of a tenth of an even split), but never more than what the live leases of
+-- the other nodes leave: the shares granted never add up to more than one,
+-- however long ago each was granted. A lease lapses unless renewed; a node
+-- whose lease lapsed decides in its default share until it reports again.
+-- A share above an even split of the fleet holds only for the short lease:
+-- a node that took most of a key while alone on it gives way within a few
+-- intervals to nodes that join, which meanwhile ask Redis for each request.
 --
--- Returns now (µs), then per key seven values:
---   bucket:  1, level ns, 0, 0, nodes, total demand, this node's demand
---   window:  1, w, c, p, nodes, total demand, this node's demand
---   failed:  0, 0, 0, 0, 0, the error, ''
--- with demands in thousandths of a request per second (integer replies).
+-- Returns now (µs), then per key nine values:
+--   1, state (bucket: level ns, 0, 0; window: w, c, p), nodes active,
+--   their total demand (thousandths), the grant, its lease end (µs),
+--   flags (1: the state had been lost; 2: the heavy request was admitted)
+-- or for a key that failed: 0, 0, 0, 0, 0, the error, 0, 0, 0.
 local node, active, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease, short, fleet = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local nowMs = math.floor(now / 1000)
+local ONE = 32768
+local PER = 16
 local out = {now}
-local o = 1 -- the last index of out
+local o = 1
+local ek, gk, qk = 'e:' .. node, 'g:' .. node, 'q:' .. node
 
--- emit appends one key's seven values to the reply.
-local function emit(a, b, c, d, e, f, g)
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = a, b, c, d, e, f, g
-  o = o + 7
+local function emit(a, b, c, d, e, f, g, h, i)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
+  out[o + 6], out[o + 7], out[o + 8], out[o + 9] = f, g, h, i
+  o = o + 9
 end
 
--- iserr reports whether a pcall's result is an error.
 local function iserr(r) return type(r) == 'table' and r.err ~= nil end
 
 local function failed(err)
-  emit(0, 0, 0, 0, 0, type(err) == 'table' and err.err or tostring(err), '')
+  emit(0, 0, 0, 0, 0, type(err) == 'table' and err.err or tostring(err), 0, 0, 0)
 end
 
-local me = 's:' .. node
-local md = 'd:' .. node
-local ea, ca, eb, cb = 'ea:' .. node, 'ca:' .. node, 'eb:' .. node, 'cb:' .. node
-
--- applied returns how much of a report's total the hash has not applied
--- yet, and adds the fields that record it to the write w.
-local function applied(f, w, epoch, total, acked)
-  local n = #w
-  local lastEpoch, lastTotal = tonumber(f[ea]), tonumber(f[ca]) or 0
-  if lastEpoch == nil or epoch > lastEpoch then
-    if lastEpoch then -- the latest epoch becomes the previous one
-      w[n + 1], w[n + 2], w[n + 3], w[n + 4] = eb, lastEpoch, cb, lastTotal
-      n = n + 4
-    end
-    w[n + 1], w[n + 2], w[n + 3], w[n + 4] = ea, epoch, ca, total
-    return math.max(total - acked, 0)
-  elseif epoch == lastEpoch then
-    if total > lastTotal then
-      w[n + 1], w[n + 2] = ca, total
-      return total - lastTotal
-    end
-    return 0
-  end
-  local prevEpoch, prevTotal = tonumber(f[eb]), tonumber(f[cb]) or 0
-  if prevEpoch and epoch == prevEpoch and total > prevTotal then
-    w[n + 1], w[n + 2] = cb, total
-    return total - prevTotal
-  end
-  return 0 -- a duplicate, or older than both epochs kept
-end
-
--- track records this node's demand in the hash's fields f, adds the node
--- fields to the write w, and returns the active node count, their total
--- demand, this node's smoothed demand and the fields of stale nodes.
-local function track(f, w, demand)
-  local seen, prev = tonumber(f[me]), tonumber(f[md])
-  if seen and prev and now - seen <= active then
-    demand = (demand + prev) / 2
-  end
-  f[me], f[md] = now, demand
-  local count, total, stale = 0, 0, {}
-  for k, v in pairs(f) do
-    if string.byte(k, 1) == 115 and string.byte(k, 2) == 58 then -- "s:"
-      local id = string.sub(k, 3)
-      local silent = now - (tonumber(v) or 0)
-      if silent <= active then
-        count = count + 1
-        total = total + (tonumber(f['d:' .. id]) or 0)
-      elseif silent > 60 * active then
-        for _, p in ipairs({'s:', 'd:', 'ea:', 'ca:', 'eb:', 'cb:'}) do
-          stale[#stale + 1] = p .. id
-        end
-      elseif f['d:' .. id] then
-        stale[#stale + 1] = 'd:' .. id
-      end
-    end
-  end
-  local n = #w
-  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = me, now, md, demand
-  return count, total, demand, stale
-end
-
--- bucket applies spent to a bucket's fields f, adding them to the write w,
--- and returns the level and the ms the key must live until.
-local function bucket(f, w, interval, tau, spent)
-  local level = 0
-  local t, l = tonumber(f.t), tonumber(f.l)
-  if t and l then
-    level = l - (now - t) * 1000
-    if level < 0 then level = 0 end
-  end
-  level = level + spent * interval
-  if level > 2 * tau then level = 2 * tau end
-  local n = #w
-  w[n + 1], w[n + 2], w[n + 3], w[n + 4] = 't', now, 'l', level
-  return level, 0, 0, math.floor(now / 1000) + math.ceil(level / 1000000)
-end
-
--- window applies spent to a window's fields f, adding them to the write w,
--- and returns the window, its counts and the ms the key must live until.
-local function window(f, w, period, spent, sw, sliding)
-  local cur = math.floor(now / period)
-  local kw, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
-  if kw == nil or kw < cur - 1 then
-    c, p = 0, 0
-  elseif kw == cur - 1 then
-    p, c = c, 0
-  elseif kw > cur then
-    cur = kw -- Redis's clock stepped back: never reopen a window
-  end
-  if sw >= cur then
-    c = c + spent
-  elseif sw == cur - 1 and sliding then
-    p = p + spent
-  end
-  local n = #w
-  w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6] = 'w', cur, 'c', c, 'p', p
-  return cur, c, p, math.ceil((cur + 2) * period / 1000)
-end
+-- Integers are written with %d: Lua's own tostring keeps only 14 digits.
+local function int(x) return string.format('%d', x) end
 
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local a = 3 + (i - 1) * 8
+  local a = 6 + (i - 1) * PER
   local kind = ARGV[a + 1]
+  local unit, tau = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local epoch, total, charge = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local acked, ackedCharge = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local sw, demand = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10])
+  local e1, e2, e3 = tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13])
+  local heavy, useq, un = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
+
   local h = redis.pcall('HGETALL', key)
   if iserr(h) then
     failed(h)
   else
     local f = {}
     for j = 1, #h, 2 do f[h[j]] = h[j + 1] end
-    local w = {}
-    local spent = applied(f, w, tonumber(ARGV[a + 6]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 8]))
-    local x, y, z, until_ms
-    if kind == '0' then
-      x, y, z, until_ms = bucket(f, w, tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), spent)
-    else
-      x, y, z, until_ms = window(f, w, tonumber(ARGV[a + 2]), spent, tonumber(ARGV[a + 5]), kind == '2')
+    local hasState = f.t ~= nil or f.w ~= nil
+
+    -- What of the report was not applied before.
+    local ea, ca, ha, eb, cb, hb
+    if f[ek] then
+      local x1, x2, x3, x4, x5, x6 = string.match(f[ek], '^(%d+):(%d+):(%d+):(%d*):(%d*):(%d*)$')
+      ea, ca, ha = tonumber(x1), tonumber(x2) or 0, tonumber(x3) or 0
+      eb, cb, hb = tonumber(x4), tonumber(x5) or 0, tonumber(x6) or 0
     end
-    local count, total, mine, stale = track(f, w, tonumber(ARGV[a + 7]))
-    -- The key must outlive its state and its nodes' activity.
-    local need = math.max(until_ms, math.floor(now / 1000) + math.ceil(active / 1000)) + keep
+    local draw, dcharge, lost = 0, 0, false
+    if ea == nil or epoch > ea then
+      draw, dcharge = math.max(total - acked, 0), math.max(charge - ackedCharge, 0)
+      lost = acked > 0 and not hasState
+      if ea ~= nil then eb, cb, hb = ea, ca, ha end
+      ea, ca, ha = epoch, total, charge
+    elseif epoch == ea then
+      lost = acked > ca
+      draw, dcharge = math.max(total - ca, 0), math.max(charge - ha, 0)
+      ca, ha = math.max(ca, total), math.max(ha, charge)
+    elseif eb ~= nil and epoch == eb then
+      lost = acked > cb
+      draw, dcharge = math.max(total - cb, 0), math.max(charge - hb, 0)
+      cb, hb = math.max(cb, total), math.max(hb, charge)
+    end
+    -- A sync decision that timed out and was also decided, and counted, in
+    -- memory: if it did reach Redis it is in the state already.
+    if useq > 0 and (tonumber(f[qk]) or 0) >= useq then
+      draw, dcharge = math.max(draw - un, 0), math.max(dcharge - un, 0)
+    end
+
+    local w = {}
+    local x, y, z, untilMs
+    local admitted = 0
+    if kind == '0' then
+      local level = 0
+      local t, l = tonumber(f.t), tonumber(f.l)
+      if t and l then
+        level = l - (now - t) * 1000
+        if level < 0 then level = 0 end
+      end
+      if lost and e1 > level then level = e1 end
+      level = level + dcharge * unit
+      if heavy > 0 and level + heavy * unit <= tau then
+        level = level + heavy * unit
+        admitted = 1
+      end
+      w[1], w[2], w[3], w[4] = 't', now, 'l', level
+      x, y, z = level, 0, 0
+      untilMs = nowMs + math.ceil(level / 1000000)
+    else
+      local period, rate = unit, tau
+      local cur = math.floor(now / period)
+      local kw, c, p = tonumber(f.w), tonumber(f.c) or 0, tonumber(f.p) or 0
+      if kw == nil or kw < cur - 1 then
+        c, p = 0, 0
+      elseif kw == cur - 1 then
+        p, c = c, 0
+      elseif kw > cur then
+        cur = kw -- Redis's clock stepped back: never reopen a window
+      end
+      if lost and e1 == cur then
+        if e2 > c then c = e2 end
+        if e3 > p then p = e3 end
+      end
+      if sw >= cur then
+        c = c + draw
+      elseif sw == cur - 1 and kind == '2' then
+        p = p + draw
+      end
+      if heavy > 0 then
+        local used = c
+        if kind == '2' then
+          local elapsed = now - cur * period
+          if elapsed < 0 then elapsed = 0 end
+          used = math.ceil(p * (period - elapsed) / period) + c
+        end
+        if used + heavy <= rate then
+          c = c + heavy
+          admitted = 1
+        end
+      end
+      w[1], w[2], w[3], w[4], w[5], w[6] = 'w', cur, 'c', c, 'p', p
+      x, y, z = cur, c, p
+      untilMs = math.ceil((cur + 2) * period / 1000)
+    end
+    if admitted == 1 then
+      draw = draw + heavy
+      ca, ha = ca + heavy, ha + heavy
+    end
+    local n = #w
+    w[n + 1], w[n + 2] = 's', int((tonumber(f.s) or 0) + draw)
+    local eField = int(ea) .. ':' .. int(ca) .. ':' .. int(ha) .. ':'
+    if eb ~= nil then eField = eField .. int(eb) .. ':' .. int(cb) .. ':' .. int(hb) else eField = eField .. '::' end
+    w[n + 3], w[n + 4] = ek, eField
+
+    -- The node's demand, and the share it is granted.
+    local pd, pseen = nil, nil
+    if f[gk] then
+      local _, _, d0, s0 = string.match(f[gk], '^(%d+):(%d+):(%d+):(%d+)$')
+      pd, pseen = tonumber(d0), tonumber(s0)
+    end
+    if pd and pseen and now - pseen <= active then
+      demand = (demand + pd / 1000) / 2
+    end
+    local count, sum, used = 1, demand, 0
+    local stale = {}
+    for k, v in pairs(f) do
+      if string.byte(k, 1) == 103 and string.byte(k, 2) == 58 and k ~= gk then -- "g:"
+        local g1, l1, d1, s1 = string.match(v, '^(%d+):(%d+):(%d+):(%d+)$')
+        local seen = tonumber(s1) or 0
+        if now - seen <= active then
+          count = count + 1
+          sum = sum + (tonumber(d1) or 0) / 1000
+        elseif now - seen > 60 * active then
+          local id = string.sub(k, 3)
+          stale[#stale + 1] = k
+          stale[#stale + 1] = 'e:' .. id
+        end
+        if (tonumber(l1) or 0) > now then
+          used = used + (tonumber(g1) or 0)
+        end
+      end
+    end
+    local target
+    if count <= 1 then
+      target = ONE
+    elseif sum <= 0 then
+      target = math.floor(ONE / count)
+    else
+      local fl = 0.1 * sum / count
+      target = math.floor(ONE * (demand + fl) / (sum + fl * count))
+    end
+    local grant = math.min(target, ONE - used)
+    if grant < 0 then grant = 0 end
+    local leaseEnd = now + lease
+    if fleet > 1 and grant * fleet > ONE then leaseEnd = now + short end
+    w[n + 5], w[n + 6] = gk, int(grant) .. ':' .. int(leaseEnd) .. ':' .. int(math.floor(demand * 1000 + 0.5)) .. ':' .. int(now)
+
+    -- The key must outlive its state, its leases and its nodes' activity.
+    local need = math.max(untilMs, nowMs + math.ceil(active / 1000)) + keep
     local expire = (tonumber(f.x) or 0) < need
     if expire then
-      local n = #w
+      n = #w
       w[n + 1], w[n + 2] = 'x', need + keep
     end
     local r = redis.pcall('HSET', key, unpack(w))
@@ -198,7 +252,9 @@ for i = 1, #KEYS do
     else
       if expire then redis.pcall('PEXPIREAT', key, need + keep) end
       if #stale > 0 then redis.pcall('HDEL', key, unpack(stale)) end
-      emit(1, x, y, z, count, math.floor(total * 1000 + 0.5), math.floor(mine * 1000 + 0.5))
+      local flags = admitted * 2
+      if lost then flags = flags + 1 end
+      emit(1, x, y, z, count, math.floor(sum * 1000 + 0.5), grant, leaseEnd, flags)
     end
   end
 end

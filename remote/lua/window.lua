@@ -7,6 +7,7 @@
 -- ARGV[1]  period, µs     ARGV[2]  rate (requests per window)
 -- ARGV[3]  n              ARGV[4]  1 for the sliding window counter
 -- ARGV[5]  ms the key outlives its last window
+-- ARGV[6]  node   ARGV[7]  the decision's sequence number (see gcra.lua)
 --
 -- Returns {allowed (0/1), w, c, p, now (µs)} after the decision.
 local period = tonumber(ARGV[1])
@@ -14,6 +15,7 @@ local rate = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local sliding = ARGV[4] == '1'
 local keep = tonumber(ARGV[5])
+local seq = tonumber(ARGV[7]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
@@ -46,5 +48,6 @@ if allowed and n > 0 then
   else
     redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p)
   end
+  if seq > 0 then redis.call('HSET', KEYS[1], 'q:' .. ARGV[6], seq) end
 end
 return {allowed and 1 or 0, w, c, p, now}

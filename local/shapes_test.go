@@ -1,0 +1,153 @@
+package local
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// The traffic shapes that once broke the engine's bounds, each as a test.
+
+func TestMaxKeysBoundsTheEngineNotEachShard(t *testing.T) {
+	for _, maxKeys := range []int{300, 1000, 4096} {
+		t.Run(fmt.Sprint(maxKeys), func(t *testing.T) {
+			e := newEngine(t, Config{MaxKeys: maxKeys})
+			lim := limit.PerHour(1)
+			for i := range maxKeys {
+				_, err := e.AllowN(t0, fmt.Sprintf("k%d", i), lim, 1)
+				require.NoError(t, err)
+			}
+			assert.Equal(t, maxKeys, e.Len(), "every key up to MaxKeys is held")
+			// Every key is still there, spent: none was evicted early.
+			for i := range maxKeys {
+				res, _ := e.AllowN(t0, fmt.Sprintf("k%d", i), lim, 1)
+				require.False(t, res.Allowed, "k%d was forgotten and came back full", i)
+			}
+			for i := range maxKeys {
+				_, _ = e.AllowN(t0, fmt.Sprintf("more%d", i), lim, 1)
+			}
+			assert.LessOrEqual(t, e.Len(), maxKeys+len(e.shards), "bounded")
+		})
+	}
+}
+
+func TestAnEvictedKeyDoesNotComeBackFull(t *testing.T) {
+	// A 1/hour key is spent, evicted by a crowd of others, then asked again:
+	// without a memory of evicted keys it would pass again every time.
+	limits := []limit.Limit{
+		limit.PerHour(1),
+		limit.PerHour(1).WithAlgorithm(limit.LeakyBucket),
+		limit.PerHour(1).WithAlgorithm(limit.FixedWindow),
+		limit.PerHour(1).WithAlgorithm(limit.SlidingWindowCounter),
+		limit.PerHour(1).WithAlgorithm(limit.SlidingWindowLog),
+	}
+	for _, lim := range limits {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			e := newEngine(t, Config{MaxKeys: 64})
+			admitted := 0
+			for round := range 5 {
+				now := at(time.Duration(round) * time.Second)
+				if res, _ := e.AllowN(now, "victim", lim, 1); res.Allowed {
+					admitted++
+				}
+				for i := range 200 { // push the victim out
+					_, _ = e.AllowN(now, fmt.Sprintf("crowd-%d-%d", round, i), lim, 1)
+				}
+			}
+			assert.Equal(t, 1, admitted, "one per hour, evictions or not")
+		})
+	}
+}
+
+func TestAKeyNeverEvictedStartsFresh(t *testing.T) {
+	e := newEngine(t, Config{MaxKeys: 64})
+	lim := limit.PerHour(10)
+	for i := range 200 { // evictions of spent keys fill the sketch a little
+		_, _ = e.AllowN(t0, fmt.Sprintf("crowd-%d", i), lim, 1)
+	}
+	fresh := 0
+	for i := range 100 {
+		if res, _ := e.AllowN(t0, fmt.Sprintf("new-%d", i), lim, 10); res.Allowed {
+			fresh++
+		}
+	}
+	assert.GreaterOrEqual(t, fresh, 90, "most new keys share no cell with an evicted one")
+}
+
+func TestRemainingIsWhatThisNodeWillAdmit(t *testing.T) {
+	// Under a third of the limit, Remaining counts this node's allowance, not
+	// the fleet's: each request it announces is admitted.
+	for _, lim := range []limit.Limit{
+		limit.PerSecond(30),
+		limit.PerSecond(30).WithAlgorithm(limit.FixedWindow),
+		limit.PerSecond(30).WithAlgorithm(limit.SlidingWindowCounter),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			e := newEngine(t, Config{TrackSpend: true})
+			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: t0 / int64(time.Second)}, ShareAmong(3), 0, true))
+			res, err := e.AllowN(t0, "k", lim, 0)
+			require.NoError(t, err)
+			announced := res.Remaining
+			admitted := int64(0)
+			for range 30 {
+				if res, _ := e.AllowN(t0, "k", lim, 1); res.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, announced, admitted)
+			assert.Equal(t, int64(10), admitted)
+		})
+	}
+}
+
+func TestReportDueAtHalfTheShareOrOnPressure(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	e.SetFleet(0, 4)
+	lim := limit.PerSecond(100) // a quarter share: 25 of the burst, due at 12
+	for range 11 {
+		_, _ = e.AllowN(t0, "quiet", lim, 1)
+	}
+	assert.Empty(t, e.TakeDue(t0, nil), "below the threshold the node decides alone")
+	_, _ = e.AllowN(t0, "quiet", lim, 1)
+	due := e.TakeDue(t0, nil)
+	require.Len(t, due, 1)
+	assert.Equal(t, int64(12), due[0].Spent)
+	assert.False(t, due[0].Pressure)
+
+	for range 30 {
+		_, _ = e.AllowN(t0, "busy", lim, 1)
+	}
+	due = e.TakeDue(t0, nil)
+	require.Len(t, due, 1)
+	assert.True(t, due[0].Pressure, "denied: the node wants more")
+	assert.Equal(t, int64(25), due[0].Spent)
+	assert.Equal(t, int64(30), due[0].Hits)
+
+	// What was never due is still there for a final flush.
+	_, _ = e.AllowN(t0, "quiet", lim, 3)
+	all := e.TakeSpend(nil)
+	require.Len(t, all, 1)
+	assert.Equal(t, int64(3), all[0].Spent)
+}
+
+func TestEvictionKeepsSpendOfEveryLimit(t *testing.T) {
+	e := newEngine(t, Config{Shards: 1, MaxKeys: 2, TrackSpend: true})
+	a, b := limit.PerSecond(100), limit.PerMinute(1000)
+	_, _ = e.AllowN(t0, "x", a, 2)
+	_, _ = e.AllowN(t0, "x", b, 3)
+	for i := range 5 {
+		_, _ = e.AllowN(t0, fmt.Sprintf("other%d", i), a, 1)
+	}
+	got := map[limit.Limit]int64{}
+	for _, s := range e.TakeSpend(nil) {
+		if s.Key == "x" {
+			got[s.Limit] += s.Spent
+		}
+	}
+	assert.Equal(t, map[limit.Limit]int64{a: 2, b: 3}, got)
+}

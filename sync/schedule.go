@@ -1,0 +1,281 @@
+package reconcile
+
+import (
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
+)
+
+// Which keys a round reports, in what order, and what it does with the
+// answers: the policy that makes Redis's work follow pressure.
+
+// Priorities of a report, the most pressing highest.
+const (
+	prioOrphan   = iota // spend of an evicted key or a window left behind
+	prioSpend           // unreported spend past half the node's share
+	prioRenew           // a granted share in use, due for renewal
+	prioPressure        // a request denied or too heavy for the share
+)
+
+// pick is a counter chosen for this round's report.
+type pick struct {
+	c    *counter
+	prio int
+}
+
+// keyLim identifies a key's state: its lease, whatever the window.
+type keyLim struct {
+	key string
+	lim limit.Limit
+}
+
+// lease is a share of a key Redis granted this node, until end (Unix ns, on
+// Redis's clock); span is how long it was granted for.
+type lease struct {
+	grant, end, span int64
+}
+
+// build chooses the counters this round reports and fills r.reports and
+// r.sent: every counter with unreported spend when flushing; else those
+// under pressure (unless backing off), with a lease to renew, with spend
+// past its threshold, or with spend of evicted keys, most pressing first, at
+// most MaxReports. It returns how many due counters wait for a later round.
+// r.mu is held.
+func (r *Reconciler) build(rnow int64, flush bool) (deferred int) {
+	picks := r.picks[:0]
+	for _, c := range r.counters.m {
+		unsent := c.total - c.acked
+		if c.faulted && r.rounds < c.retryAt && !flush {
+			continue
+		}
+		prio := -1
+		switch {
+		case flush:
+			if unsent > 0 {
+				prio = prioSpend
+			}
+		case c.pressure && r.rounds >= c.nextPressure:
+			prio = prioPressure
+		case c.renew:
+			prio = prioRenew
+		case c.due || c.uncertainSeq != 0:
+			prio = prioSpend
+		case c.orphan && unsent > 0:
+			prio = prioOrphan
+		}
+		if prio >= 0 {
+			picks = append(picks, pick{c: c, prio: prio})
+		}
+	}
+	sortPicks(picks)
+	if !flush && len(picks) > r.cfg.MaxReports {
+		deferred = len(picks) - r.cfg.MaxReports
+		picks = picks[:r.cfg.MaxReports]
+	}
+	r.picks = picks
+
+	taken := r.deps.Clock.Now()
+	r.reports, r.sent = r.reports[:0], r.sent[:0]
+	for _, p := range picks {
+		c := p.c
+		seconds := max(taken.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
+		est, _ := r.deps.Engine.Estimate(c.key, c.lim)
+		r.reports = append(r.reports, remote.Report{
+			Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
+			Total: c.total, Refilled: c.refilled, Acked: c.acked, AckedRefilled: c.ackedRefilled,
+			Demand: float64(c.hits) / seconds, Estimate: est, Now: rnow,
+			UncertainSeq: c.uncertainSeq, UncertainN: c.uncertainN,
+		})
+		grant := int64(-1)
+		if l := r.leases[keyLim{c.key, c.lim}]; l != nil {
+			grant = l.grant
+		}
+		r.sent = append(r.sent, sentReport{c: c, total: c.total, refilled: c.refilled, hits: c.hits, taken: taken,
+			pressure: p.prio == prioPressure, grant: grant, due: c.due, orphan: c.orphan, renew: c.renew})
+		c.due, c.orphan, c.renew = false, false, false
+		if p.prio == prioPressure {
+			c.pressure = false
+		}
+	}
+	return deferred
+}
+
+// restore puts back the reasons to report the counters of sent, whose
+// reports were not applied (a failed batch, or a key's own fault): the next
+// round reports them again. r.mu is held.
+func restore(sent []sentReport) {
+	for _, s := range sent {
+		c := s.c
+		c.due, c.orphan, c.renew = c.due || s.due, c.orphan || s.orphan, c.renew || s.renew
+		c.pressure = c.pressure || s.pressure
+	}
+}
+
+// renewals marks the leases due for renewal whose keys are still in use: a
+// lease past half its span, on a key the node spent on or was asked for
+// since its last report. Unused leases are left to lapse. r.mu is held.
+func (r *Reconciler) renewals(rnow int64) {
+	now := r.deps.Clock.Now()
+	for kl, l := range r.leases {
+		if l.end-rnow > l.span/2 {
+			continue
+		}
+		r.taken = r.deps.Engine.TakeKey(rnow, kl.key, kl.lim, r.taken[:0])
+		active := false
+		for _, s := range r.taken {
+			r.counters.add(s, now)
+			active = active || s.Hits > 0
+		}
+		clear(r.taken)
+		c := r.counters.get(keyOf(kl.key, kl.lim, windowOf(kl.lim, rnow)), now)
+		if c != nil && (active || c.hits > 0) {
+			c.renew = true
+		}
+	}
+}
+
+// expireLeases ends the leases about to lapse: each key goes back to the
+// default share. A lease ends a margin early on this node's clock (an
+// interval and the clock's uncertainty), so the node never uses a share
+// Redis may already have given to another.
+func (r *Reconciler) expireLeases() {
+	_, rnow := r.now()
+	_, unc, _ := r.deps.Offset.Estimate()
+	margin := int64(r.cfg.Interval)*11/10 + int64(unc)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	def := r.deps.Engine.DefaultShare()
+	for kl, l := range r.leases {
+		if l.end-margin <= rnow {
+			r.deps.Engine.SetShare(kl.key, kl.lim, def)
+			delete(r.leases, kl)
+		}
+	}
+	r.stats.leases.Store(int64(len(r.leases)))
+}
+
+// apply acknowledges what each answered report carried, records the lease
+// granted, notes lost state and refused keys, and seeds each key with the
+// global state in its new share.
+func (r *Reconciler) apply(reports []remote.Report, sent []sentReport, answers []remote.Answer, rnow int64) {
+	type seed struct {
+		key     string
+		lim     limit.Limit
+		state   limit.State
+		share   local.Share
+		pending int64
+		fault   int // 1: mark faulted, -1: clear
+	}
+	var seeds []seed
+	lostKeys, firstLost := 0, ""
+	r.mu.Lock()
+	for i, a := range answers {
+		s, rep := sent[i], reports[i]
+		c := s.c
+		if a.Err != nil {
+			restore(sent[i : i+1])
+			if remote.IsKeyFault(a.Err) {
+				r.stats.faults.Add(1)
+				if !c.faulted {
+					c.faulted = true
+					seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: 1})
+					r.named1(c.key, "reconcile: redis refuses this key: deciding it under the fallback until it is fixed",
+						"key", c.key, "limit", c.lim.String(), "err", a.Err)
+				}
+				c.retryAt = r.rounds + faultRetryRounds
+			}
+			continue // kept: the next report sends the same totals again
+		}
+		if c.faulted {
+			c.faulted = false
+			seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: -1})
+			r.log.Info("reconcile: redis accepts the key again", "key", c.key, "limit", c.lim.String())
+		}
+		c.acked = max(c.acked, s.total)
+		c.ackedRefilled = max(c.ackedRefilled, s.refilled)
+		c.hits = max(c.hits-s.hits, 0)
+		c.since, c.last = s.taken, s.taken
+		if rep.UncertainSeq != 0 && c.uncertainSeq == rep.UncertainSeq {
+			c.uncertainSeq, c.uncertainN = 0, 0
+		}
+		if s.pressure {
+			if s.grant >= 0 && absDiff(a.Grant, s.grant)*8 <= max(s.grant, 1) {
+				c.backoff = min(c.backoff+1, maxBackoff)
+			} else {
+				c.backoff = 0
+			}
+			c.nextPressure = r.rounds + 1<<c.backoff
+		}
+		kl := keyLim{c.key, c.lim}
+		l := r.leases[kl]
+		if l == nil {
+			l = &lease{}
+			r.leases[kl] = l
+		}
+		l.grant, l.end, l.span = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now
+		if a.Lost {
+			r.stats.lostState.Add(1)
+			if lostKeys++; lostKeys == 1 {
+				firstLost = c.key
+			}
+		}
+		if !c.lim.Algorithm.IsBucket() && c.window < windowOf(c.lim, rnow) {
+			continue // a window left behind: nothing to seed
+		}
+		seeds = append(seeds, seed{key: c.key, lim: c.lim, state: a.State,
+			share: local.Share(min(max(a.Grant, 1), remote.GrantOne)), pending: c.total - s.total})
+	}
+	r.stats.leases.Store(int64(len(r.leases)))
+	r.mu.Unlock()
+
+	e := r.deps.Engine
+	for _, sd := range seeds {
+		switch sd.fault {
+		case 1:
+			e.SetFault(sd.key, sd.lim, true)
+		case -1:
+			e.SetFault(sd.key, sd.lim, false)
+		default:
+			_ = e.Seed(rnow, sd.key, sd.lim, sd.state, sd.share, sd.pending, true) // validated when it was decided
+		}
+	}
+	if lostKeys > 0 {
+		r.log.Warn("reconcile: redis had lost the state of keys this node had reported (evicted, deleted or rolled back): restored from this node's estimate and its totals applied again",
+			"keys", lostKeys, "first", firstLost, "lost_total", r.stats.lostState.Load())
+	}
+}
+
+// named1 logs msg once per key, for up to maxNamedKeys keys. r.mu is held.
+func (r *Reconciler) named1(key, msg string, args ...any) {
+	if _, ok := r.named[key]; ok || len(r.named) >= maxNamedKeys {
+		return
+	}
+	r.named[key] = struct{}{}
+	r.log.Warn(msg, args...)
+}
+
+// forget drops counters that no longer matter: everything acknowledged, no
+// demand waiting, idle for half the active window, and no lease on the key.
+// Redis keeps a node's totals for 60 active windows, so it still holds them
+// for any counter the node still has. r.mu is held.
+func (r *Reconciler) forget(now time.Time, rnow int64) {
+	idle := r.cfg.ActiveWindow / 2
+	for k, c := range r.counters.m {
+		if c.total != c.acked || c.hits != 0 || c.faulted || c.uncertainSeq != 0 || now.Sub(c.last) <= idle {
+			continue
+		}
+		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == windowOf(c.lim, rnow) {
+			continue
+		}
+		delete(r.counters.m, k)
+	}
+}
+
+func absDiff(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
