@@ -15,6 +15,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/remote"
 )
 
 func TestMain(m *testing.M) {
@@ -142,13 +143,19 @@ func TestAsyncDecidesInMemoryAndReconciles(t *testing.T) {
 	assert.Equal(t, 20, admitted, "alone in the fleet, the whole burst")
 	assert.Equal(t, map[Source]int{Local: 30}, sources)
 
-	// The spend reaches Redis: a synchronous limiter on the same key sees it.
-	require.Eventually(t, func() bool { return l.Stats().Reconcile.KeysSent > 0 }, 5*time.Second, 5*time.Millisecond)
-	sync := newLimiter(t, Config{Redis: c, Mode: Sync})
-	d, err := sync.Allow(bg, "k", lim)
+	// The spend reaches the key's ledger in Redis when the node stops.
+	require.NoError(t, l.Close(bg))
+	assert.Equal(t, int64(20), ledger(t, c, "k", lim))
+}
+
+// ledger reads what the fleet reported admitting on (key, lim) in Async mode.
+func ledger(t *testing.T, c redis.UniversalClient, key string, lim Limit) int64 {
+	t.Helper()
+	st, err := remote.New(c, remote.Options{})
 	require.NoError(t, err)
-	assert.False(t, d.Allowed, "Redis holds the async node's spend")
-	assert.Equal(t, Remote, d.Source)
+	n, err := st.AsyncLedger(bg, key, lim)
+	require.NoError(t, err)
+	return n
 }
 
 func TestTwoAsyncNodesShareOneLimit(t *testing.T) {
@@ -244,13 +251,12 @@ func TestFallbacks(t *testing.T) {
 			assert.Equal(t, 100, admitted)
 			admitted, _ = count(t, l, "k", lim, 50)
 			assert.Equal(t, 50, admitted, "fail open admits past the limit")
-			// The spend is kept and reported when Redis returns: the key is
-			// in debt, capped at one more burst.
+			// The spend is kept and reaches the key's ledger when Redis
+			// returns and the node flushes.
 			srv.Restart()
-			require.Eventually(t, func() bool { return !l.Degraded() && l.Stats().Reconcile.Pending == 0 }, 10*time.Second, 10*time.Millisecond)
-			v, err := srv.Do("HGET", "rl:tb:{k}", "l")
-			require.NoError(t, err)
-			assert.NotNil(t, v, "the outage's spend reached Redis")
+			require.Eventually(t, func() bool { return !l.Degraded() }, 10*time.Second, 10*time.Millisecond)
+			require.NoError(t, l.Close(bg))
+			assert.Equal(t, int64(150), ledger(t, client(t, srv), "k", lim), "the outage's spend reached the ledger")
 		})
 	})
 	t.Run("fail closed", func(t *testing.T) {
@@ -279,6 +285,10 @@ func TestFallbacks(t *testing.T) {
 // drain that backlog and leave degraded mode, however large the backlog:
 // a round that sent it all in one call would outlast every timeout and fail
 // forever.
+// After a long outage a node holds unreported spend on many keys. It must
+// leave degraded mode at once (nothing waits on that spend: each key was
+// decided in the node's share), and flush it to the ledgers in bounded
+// calls, however much there is.
 func TestRecoversWithALargeBacklog(t *testing.T) {
 	const keys = 100_000 // one call of them all takes Redis over a second
 	lim := Per(100, time.Hour)
@@ -289,23 +299,15 @@ func TestRecoversWithALargeBacklog(t *testing.T) {
 			require.True(t, d.Allowed)
 		}
 		srv.Restart()
-		// Every key acknowledged once (KeysSent counts the reports of calls
-		// that succeeded), nothing pending, and the breaker closed.
-		drained := func() bool {
-			st := l.Stats().Reconcile
-			return st.KeysSent >= keys && st.Pending == 0 && !l.Degraded()
-		}
-		require.Eventually(t, drained, 60*time.Second, 50*time.Millisecond, "the backlog drains")
+		require.Eventually(t, func() bool { return !l.Degraded() && l.Stats().Breaker.String() == "closed" },
+			10*time.Second, 20*time.Millisecond, "Redis is back: degraded mode ends")
+		ctx, cancel := context.WithTimeout(bg, 60*time.Second)
+		defer cancel()
+		require.NoError(t, l.Close(ctx), "every key's spend is flushed")
 		assert.Zero(t, l.Stats().Reconcile.LostSpend)
-
-		n, err := srv.Do("DBSIZE")
-		require.NoError(t, err)
-		assert.GreaterOrEqual(t, n, int64(keys), "every key's spend reached Redis")
-		sync := newLimiter(t, Config{Redis: client(t, srv), Mode: Sync})
+		c := client(t, srv)
 		for _, i := range []int{0, keys / 2, keys - 1} {
-			d, err := sync.AllowN(bg, fmt.Sprintf("backlog:%d", i), lim, 0)
-			require.NoError(t, err)
-			assert.Equal(t, int64(99), d.Remaining, "key %d: its one request is in Redis", i)
+			assert.Equal(t, int64(1), ledger(t, c, fmt.Sprintf("backlog:%d", i), lim), "key %d: its one request is in its ledger", i)
 		}
 	})
 }
@@ -323,10 +325,7 @@ func TestCloseFlushesUnreportedSpend(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.NoError(t, l.Close(bg), "closing twice is harmless")
 
-	sync := newLimiter(t, Config{Redis: c, Mode: Sync})
-	d, err := sync.AllowN(bg, "flush", lim, 0)
-	require.NoError(t, err)
-	assert.Equal(t, int64(3), d.Remaining, "the 7 spent before Close are in Redis")
+	assert.Equal(t, int64(7), ledger(t, c, "flush", lim), "the 7 spent before Close are in Redis")
 }
 
 func TestCloseReportsWhatCouldNotBeFlushed(t *testing.T) {

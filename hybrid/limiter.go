@@ -65,7 +65,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	mode := cfg.effectiveMode()
-	engine, err := local.New(local.Config{MaxKeys: cfg.MaxKeys, TrackSpend: mode != LocalOnly})
+	engine, err := local.New(local.Config{MaxKeys: cfg.MaxKeys, TrackSpend: mode != LocalOnly, SpendDue: mode == Sync})
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -112,13 +112,15 @@ func (l *Limiter) connect() error {
 		OnStateChange: func(_, to breaker.State) { l.engine.SetDegraded(to != breaker.Closed) },
 	})
 	l.reconciler, err = reconcile.New(reconcile.Config{
-		Interval:     cfg.SyncInterval,
-		FleetSize:    cfg.FleetSize,
-		ActiveWindow: cfg.ActiveWindow,
-		MaxPending:   cfg.MaxPending,
-		MaxReports:   cfg.MaxReports,
-		Logger:       cfg.Logger,
-		OnRound:      l.afterRound,
+		Interval:       cfg.SyncInterval,
+		FleetSize:      cfg.FleetSize,
+		ActiveWindow:   cfg.ActiveWindow,
+		MaxPending:     cfg.MaxPending,
+		MaxReports:     cfg.MaxReports,
+		Shares:         l.mode == Async,
+		EscalationWait: cfg.EscalationWait,
+		Logger:         cfg.Logger,
+		OnRound:        l.afterRound,
 	}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
@@ -217,6 +219,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (D
 	if l.closed.Load() {
 		return Decision{}, ErrClosed
 	}
+	lim = lim.Canonical()
 	switch l.mode {
 	case LocalOnly:
 		res, err := l.engine.AllowN(l.now(), key, lim, n)
@@ -253,9 +256,20 @@ func (l *Limiter) escalate(ctx context.Context, key string, lim Limit, n int64) 
 	}
 	esc, err := l.reconciler.Escalate(ctx, key, lim, n, l.cfg.RedisTimeout)
 	if err != nil {
+		if isCallerError(err) {
+			return Decision{}, err
+		}
 		return l.degraded(key, lim, n)
 	}
-	return Decision{Result: remote.ResultAt(lim, esc.State, esc.Now, n, esc.Admitted), Source: Remote}, nil
+	res, err := l.engine.AllowN(l.now(), key, lim, 0) // the node's state after the fleet's answer
+	if err != nil && !errors.Is(err, local.ErrFaulted) {
+		res = limit.Result{Limit: lim}
+	}
+	res.Allowed = esc.Admitted
+	if !esc.Allowed() {
+		res.RetryAfter = max(res.RetryAfter, l.cfg.SyncInterval)
+	}
+	return Decision{Result: res, Source: Remote}, nil
 }
 
 // syncAllow decides in Redis, or from memory when Redis fails. A call that

@@ -111,6 +111,16 @@ func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
 // WithAlgorithm returns a copy of l enforced by a.
 func (l Limit) WithAlgorithm(a Algorithm) Limit { l.Algorithm = a; return l }
 
+// Canonical returns l in its one canonical form: a bucket's Burst equal to
+// its Rate is written as zero, so that PerSecond(10) and
+// PerSecond(10).WithBurst(10), which are the same limit, name the same state.
+func (l Limit) Canonical() Limit {
+	if l.Burst == l.Rate && l.Algorithm.IsBucket() {
+		l.Burst = 0
+	}
+	return l
+}
+
 // Capacity is the largest n a single request may weigh: the burst of the
 // buckets and the rate of the window algorithms.
 func (l Limit) Capacity() int64 {

@@ -58,19 +58,27 @@ type Config struct {
 	// needs it. Leave it off for a purely local limiter, where nobody would
 	// take it.
 	TrackSpend bool
+	// SpendDue puts a key due for a report once its unreported spend
+	// reaches half the node's share of its capacity, not only when a
+	// request was denied: for a reconciler that reports spend (Sync mode's
+	// degraded spend). In Async mode a key's share bounds what the node may
+	// spend on it alone, and only pressure needs Redis.
+	SpendDue bool
 }
 
 // Engine holds the state of many keys. It is safe for concurrent use; the
 // zero value is not usable, call New.
 type Engine struct {
-	seed    maphash.Seed
-	mask    uint64
-	shards  []shard
-	track   bool
-	maxKeys int64
-	keys    atomic.Int64 // states held, extras included
-	evicted lazySketch // made on the first eviction of a key not yet fresh
-	dropped atomic.Uint64 // spend dropped because a shard's orphans were full
+	seed     maphash.Seed
+	mask     uint64
+	shards   []shard
+	track    bool
+	spendDue bool
+	claimed  atomic.Pointer[func(key string, lim limit.Limit) bool]
+	maxKeys  int64
+	keys     atomic.Int64  // states held, extras included
+	evicted  lazySketch    // made on the first eviction of a key not yet fresh
+	dropped  atomic.Uint64 // spend dropped because a shard's orphans were full
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -111,7 +119,7 @@ func New(cfg Config) (*Engine, error) {
 	// evicts while the engine has room; the engine's count enforces MaxKeys.
 	perShard := 2*((maxKeys+shards-1)/shards) + 8
 	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards),
-		track: cfg.TrackSpend, maxKeys: int64(maxKeys)}
+		track: cfg.TrackSpend, spendDue: cfg.SpendDue, maxKeys: int64(maxKeys)}
 	e.evicted.width = maxKeys / 4
 	for i := range e.shards {
 		if err := e.shards[i].init(e, perShard); err != nil {
@@ -180,7 +188,7 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	degraded = degraded || e.degraded.Load()
 	if degraded {
 		en.setShare(e.degradedShare())
-	} else if !en.has(flagLeased) {
+	} else if !en.has(flagContested) {
 		en.setShare(Share(e.newKey.Load())) // the default share follows the fleet's size
 	}
 	if !degraded && e.track && en.has(flagFault) {
@@ -189,7 +197,6 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	p := en.pol
 	if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
-		en.set(flagPressure)
 		sh.mu.Unlock()
 		return res, ErrEscalate
 	}
@@ -337,9 +344,9 @@ func (sh *shard) peek(key string, lim limit.Limit) *entry {
 // times as the node's own decisions are: what the engine has not had taken,
 // and pending, which the caller took but Redis has not acknowledged. The
 // sliding window log has no global state to seed from; Seed leaves its log
-// as it is. leased marks a share Redis granted under a lease (the caller
-// tracks it and calls SetShare when it lapses).
-func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s Share, pending int64, leased bool) error {
+// as it is. managed marks a share the caller sets and keeps (a share Redis
+// granted); otherwise the key's share follows the fleet's even split.
+func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s Share, pending int64, managed bool) error {
 	if err := limit.CheckKey(key); err != nil {
 		return err
 	}
@@ -353,10 +360,10 @@ func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s S
 		return err
 	}
 	now = sh.clamp(now)
-	if leased {
-		en.set(flagLeased)
+	if managed {
+		en.set(flagContested)
 	} else {
-		en.clear(flagLeased)
+		en.clear(flagContested)
 	}
 	en.setShare(s)
 	pending = max(pending, 0)
@@ -383,8 +390,9 @@ func (e *Engine) Seed(now int64, key string, lim limit.Limit, g limit.State, s S
 }
 
 // SetShare changes the share of (key, lim), if the engine holds it, keeping
-// the global estimate its state stands for: the reconciler's way to end a
-// lapsed lease. It returns whether the key was held.
+// the global estimate its state stands for (a node giving up part of its
+// share gives up as much of its spent state): the reconciler's way to end a
+// lapsed lease or to shrink to a target. It returns whether the key was held.
 func (e *Engine) SetShare(key string, lim limit.Limit, s Share) bool {
 	h := e.hash(key)
 	sh := e.shardOf(h)
@@ -394,8 +402,94 @@ func (e *Engine) SetShare(key string, lim limit.Limit, s Share) bool {
 	if en == nil {
 		return false
 	}
-	en.clear(flagLeased)
 	en.setShare(min(max(s, 1), ShareOne))
+	return true
+}
+
+// Contest marks (key, lim) as contested, or no longer: a contested key is
+// decided in the share the caller sets (SetShare, Grow), starting in s; an
+// uncontested one in the fleet's even split. With restore, a key the engine
+// does not hold is made from the sketch of evicted keys when the sketch says
+// it was evicted spent, so that its spent state joins the contest. It
+// returns whether the engine holds the key (now).
+func (e *Engine) Contest(now int64, key string, lim limit.Limit, on bool, s Share, restore bool) bool {
+	if limit.CheckKey(key) != nil || lim.Validate() != nil {
+		return false
+	}
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil && on && restore {
+		if _, _, spent := e.evicted.bound(limitHash(h, lim), sh.clamp(now)); spent {
+			en, _ = sh.lookup(key, h, lim, Share(e.newKey.Load()))
+		}
+	}
+	if en == nil {
+		return false
+	}
+	if on {
+		if !en.has(flagContested) {
+			en.set(flagContested)
+			en.setShare(min(max(s, 1), ShareOne))
+		}
+	} else if en.has(flagContested) {
+		en.clear(flagContested)
+		en.setShare(Share(e.newKey.Load()))
+	}
+	return true
+}
+
+// Grow joins growth, a share of the limit taken from the fleet's pool in
+// state pool (Redis's, at now), to the share of (key, lim): the state
+// becomes the two states weighted by their shares, and the share their sum,
+// so the room the node gains is only what the pool had unspent. It returns
+// whether the engine holds the key.
+func (e *Engine) Grow(now int64, key string, lim limit.Limit, growth Share, pool limit.State) bool {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil || growth == 0 {
+		return en != nil
+	}
+	now = sh.clamp(now)
+	g := int64(en.share)
+	d := min(int64(growth), int64(ShareOne)-g)
+	if d <= 0 {
+		return true
+	}
+	s := Share(g + d)
+	switch lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		own := max(en.st[0]-now, 0)
+		theirs := max(pool.TAT-now, 0)
+		level := (own*g + theirs*d + g + d - 1) / (g + d) // rounded up: never more room than there is
+		en.share = s
+		en.st[1] = 0
+		en.st[0] = now + level
+	case limit.FixedWindow, limit.SlidingWindowCounter:
+		// The entry holds counts scaled by its share (share times the
+		// estimate), so the weighted join is the entry's counts plus the
+		// growth times the pool's.
+		w := sh.rollWindow(key, en, now)
+		var pc, pp int64
+		switch pool.Window {
+		case w:
+			pc, pp = max(pool.Count, 0), max(pool.Prev, 0)
+		case w - 1:
+			pp = max(pool.Count, 0)
+		}
+		if lim.Algorithm == limit.FixedWindow {
+			en.st[1] += d * pc
+		} else {
+			en.st[1] += d * pp
+			en.st[2] += d * pc
+		}
+		en.share = s
+	}
 	return true
 }
 
@@ -423,6 +517,50 @@ func (e *Engine) SetFault(key string, lim limit.Limit, on bool) {
 	}
 }
 
+// Charge counts a request of weight n for (key, lim) against its state at
+// now, in the key's share, without recording it as spend: a request the
+// fleet admitted in Redis (which counted it there), so the node's state
+// holds it like one of its own decisions.
+func (e *Engine) Charge(now int64, key string, lim limit.Limit, n int64) {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil || n <= 0 {
+		return
+	}
+	now = sh.clamp(now)
+	p := en.pol
+	switch lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		en.st[0] = max(en.st[0], now) + ratemath.MulSat(n, gcraInterval(&en.st, p, en.share))
+	case limit.FixedWindow:
+		sh.rollWindow(key, en, now)
+		en.st[1] += n * int64(ShareOne)
+	case limit.SlidingWindowCounter:
+		sh.rollWindow(key, en, now)
+		en.st[2] += n * int64(ShareOne)
+	}
+}
+
+// ShareOf returns the share (key, lim) is decided in, and whether the
+// engine holds the key.
+func (e *Engine) ShareOf(key string, lim limit.Limit) (Share, bool) {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return 0, false
+	}
+	if !en.has(flagContested) && !e.degraded.Load() {
+		return Share(e.newKey.Load()), true
+	}
+	return en.share, true
+}
+
 // Estimate returns this node's estimate of the global state of (key, lim),
 // on Redis's timeline, and whether the engine holds the key: what a node
 // offers Redis to restore from when Redis lost the key.
@@ -445,6 +583,18 @@ func (e *Engine) Estimate(key string, lim limit.Limit) (limit.State, bool) {
 		return limit.State{Window: en.st[0], Prev: en.st[1] / s, Count: en.st[2] / s}, true
 	}
 	return limit.State{}, false
+}
+
+// SetClaimed gives the engine the test of whether a key is contested, asked
+// when it makes the state of a key it does not hold: a contested key starts
+// in no share at all (its first request asks Redis), not in an even split
+// the rest of the fleet has already given up. Nil means none is.
+func (e *Engine) SetClaimed(claimed func(key string, lim limit.Limit) bool) {
+	if claimed == nil {
+		e.claimed.Store(nil)
+		return
+	}
+	e.claimed.Store(&claimed)
 }
 
 // SetFleet tells the engine how many nodes share its limits: fixed is a

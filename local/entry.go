@@ -18,13 +18,13 @@ type entry struct {
 
 // Entry flags.
 const (
-	flagDue      = 1 << 0 // on the shard's due list
-	flagPressure = 1 << 1 // a request was denied or needed Redis since the last take
-	flagDegraded = 1 << 2 // spent while degraded since the last take
-	flagFault    = 1 << 3 // Redis refuses this key's state (a key of another type): decide under the fallback
-	flagExtra    = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the LRU
-	flagExtras   = 1 << 5 // the key has extras (set on the LRU's entry)
-	flagLeased   = 1 << 6 // the share came from Redis, under a lease the reconciler tracks
+	flagDue       = 1 << 0 // on the shard's due list
+	flagPressure  = 1 << 1 // a request was denied or needed Redis since the last take
+	flagDegraded  = 1 << 2 // spent while degraded since the last take
+	flagFault     = 1 << 3 // Redis refuses this key's state (a key of another type): decide under the fallback
+	flagExtra     = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the LRU
+	flagExtras    = 1 << 5 // the key has extras (set on the LRU's entry)
+	flagContested = 1 << 6 // the key is contested: its share is the reconciler's to set, not the fleet's even split
 )
 
 func (en *entry) has(f uint16) bool { return en.flags&f != 0 }

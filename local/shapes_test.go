@@ -106,7 +106,7 @@ func TestRemainingIsWhatThisNodeWillAdmit(t *testing.T) {
 }
 
 func TestReportDueAtHalfTheShareOrOnPressure(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, SpendDue: true})
 	e.SetFleet(0, 4)
 	lim := limit.PerSecond(100) // a quarter share: 25 of the burst, due at 12
 	for range 11 {
@@ -150,4 +150,47 @@ func TestEvictionKeepsSpendOfEveryLimit(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[limit.Limit]int64{a: 2, b: 3}, got)
+}
+
+func TestWithoutSpendDueOnlyPressureIsDue(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	e.SetFleet(0, 4)
+	lim := limit.PerSecond(100)
+	for range 25 {
+		_, _ = e.AllowN(t0, "k", lim, 1)
+	}
+	assert.Empty(t, e.TakeDue(t0, nil), "a quarter spent: decided alone, nothing to tell")
+	_, _ = e.AllowN(t0, "k", lim, 1)
+	due := e.TakeDue(t0, nil)
+	require.Len(t, due, 1)
+	assert.True(t, due[0].Pressure)
+}
+
+// TestGrowJoinsThePoolsState: growing a share takes the pool's state with
+// it: the room gained is only what the pool had unspent.
+func TestGrowJoinsThePoolsState(t *testing.T) {
+	for _, lim := range []limit.Limit{
+		limit.PerSecond(100),
+		limit.PerSecond(100).WithAlgorithm(limit.FixedWindow),
+		limit.PerSecond(100).WithAlgorithm(limit.SlidingWindowCounter),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			e := newEngine(t, Config{TrackSpend: true})
+			e.SetFleet(0, 4)
+			w := t0 / int64(time.Second)
+			assert.False(t, e.Contest(t0, "k", lim, true, ShareAmong(4), false), "not held yet")
+			_, _ = e.AllowN(t0, "k", lim, 0)
+			require.True(t, e.Contest(t0, "k", lim, true, ShareAmong(4), false))
+			for range 10 { // 10 of this quarter's 25
+				res, err := e.AllowN(t0, "k", lim, 1)
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			// A quarter more, from a pool half spent (50 of 100 in the estimate).
+			pool := limit.State{TAT: t0 + 50*int64(10*time.Millisecond), Window: w, Count: 50}
+			require.True(t, e.Grow(t0, "k", lim, ShareAmong(4), pool))
+			res, _ := e.AllowN(t0, "k", lim, 0)
+			assert.Equal(t, int64(15+12), res.Remaining, "15 left of its own quarter, 12 of the pool's half-spent quarter")
+		})
+	}
 }

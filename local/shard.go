@@ -103,6 +103,10 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 		return nil, err
 	}
 	x := &entry{pol: sh.intern(lim), share: s}
+	if c := sh.e.claimed.Load(); c != nil && sh.e.track && (*c)(key, lim) {
+		x.set(flagContested)
+		x.share = 1 // contested: no share until Redis grants one
+	}
 	sh.restore(x, h, sh.now)
 	if ok {
 		// Another limit on a key already held: an extra of its own state.
@@ -283,7 +287,7 @@ func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, 
 	if degraded {
 		en.set(flagDegraded)
 	}
-	if !en.has(flagDue) && (!allowed || int64(en.spent) >= reportAt(en)) {
+	if !en.has(flagDue) && (!allowed || sh.e.spendDue && int64(en.spent) >= reportAt(en)) {
 		en.set(flagDue)
 		sh.due = append(sh.due, dueRef{key: key, en: en})
 	}

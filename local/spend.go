@@ -115,7 +115,7 @@ func (e *Engine) TakeKey(now int64, key string, lim limit.Limit, dst []Spend) []
 func (e *Engine) take(dst []Spend, key string, en *entry, now int64) []Spend {
 	s := Spend{Key: key, Limit: en.pol.lim, Spent: int64(en.spent), Charge: int64(en.spent), Hits: int64(en.hits),
 		Window: en.st[0], Since: e.sinceOf(en, now), Pressure: en.has(flagPressure), Degraded: en.has(flagDegraded),
-		Due: int64(en.spent) >= reportAt(en)}
+		Due: e.spendDue && int64(en.spent) >= reportAt(en)}
 	if s.Degraded {
 		s.Charge = min(s.Spent, e.privateLevel(en, now))
 	}
@@ -149,7 +149,7 @@ func (e *Engine) Sweep(now int64, perShard int) int {
 		t := sh.clamp(now)
 		for range perShard {
 			key, en, ok := sh.keys.GetOldest()
-			if !ok || en.has(flagDue|flagLeased|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {
+			if !ok || en.has(flagDue|flagContested|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {
 				break
 			}
 			sh.keys.RemoveOldest() // evicted: spend to the orphans
@@ -166,7 +166,7 @@ func (sh *shard) extrasFresh(key string, en *entry, now int64) bool {
 		return true
 	}
 	for _, x := range sh.extras[key] {
-		if x.has(flagDue|flagLeased|flagFault) || !sh.fresh(x, now) {
+		if x.has(flagDue|flagContested|flagFault) || !sh.fresh(x, now) {
 			return false
 		}
 	}

@@ -168,8 +168,12 @@ func TestLimiterCollectorAsync(t *testing.T) {
 	l := newLimiter(t, hybrid.Config{Redis: srv.Client(t, shortTimeouts), SyncInterval: 5 * time.Millisecond, BreakerOpenFor: time.Minute})
 	require.NoError(t, r.Watch(l))
 	for i := range 5 {
-		_, err := l.Allow(bg, fmt.Sprintf("k%d", i), hybrid.PerSecond(100))
-		require.NoError(t, err)
+		// Each key is asked twice its limit: denied, so the node wants more
+		// of it and reports it (a key it decides alone costs Redis nothing).
+		for range 2 {
+			_, err := l.Allow(bg, fmt.Sprintf("k%d", i), hybrid.PerHour(1))
+			require.NoError(t, err)
+		}
 	}
 	metric := func(name string, labels ...string) float64 {
 		v, ok := value(t, reg, name, labels...)
@@ -208,7 +212,7 @@ func TestLimiterCollectorAsync(t *testing.T) {
 func TestObserveRoundHooksAReconciler(t *testing.T) {
 	srv := redistest.Start(t)
 	rec, reg := newRecorder(t, Options{})
-	engine, err := local.New(local.Config{TrackSpend: true})
+	engine, err := local.New(local.Config{TrackSpend: true, SpendDue: true})
 	require.NoError(t, err)
 	store, err := remote.New(srv.Client(t, shortTimeouts), remote.Options{Node: "me"})
 	require.NoError(t, err)
@@ -218,7 +222,7 @@ func TestObserveRoundHooksAReconciler(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, k := range []string{"a", "b", "c"} {
-		_, err := engine.AllowN(time.Now().UnixNano(), k, limit.PerSecond(10), 1)
+		_, err := engine.AllowN(time.Now().UnixNano(), k, limit.PerSecond(2), 1) // half the burst: due
 		require.NoError(t, err)
 	}
 	require.NoError(t, rc.Round(bg))

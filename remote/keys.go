@@ -52,6 +52,14 @@ func redisKey(prefix string, lim limit.Limit, key string) string {
 	return b.String()
 }
 
+// asyncKey is the Redis key of key's shares under lim in Async mode
+// (contest.lua): '<prefix>a<alg>:{<key>}:<limit>'. It is not the key Sync
+// decisions keep the exact state in (redisKey): the two hold different
+// things, and a fleet runs one mode.
+func asyncKey(prefix string, lim limit.Limit, key string) string {
+	return prefix + "a" + redisKey("", lim, key)
+}
+
 // limitTag names a limit within a key: its rate, period and, for the
 // buckets, burst, exactly ("100/1s/20").
 func limitTag(lim limit.Limit) string {

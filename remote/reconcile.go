@@ -141,7 +141,8 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 	if _, single := s.client.(*redis.Client); !single {
 		per = 1
 	}
-	calls := []*call{{keys: []string{s.fleetKey}, args: []any{s.node, s.active.Microseconds()}, script: s.scripts.fleet}}
+	hb := &Heartbeat{Mark: MaxMark}
+	calls := []*call{s.heartbeatCall(hb)}
 	if round.NoHeartbeat {
 		calls = calls[:0]
 	}
@@ -172,14 +173,8 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 		}
 		return nil
 	}
-	err = classify("reconcile", "", calls[0].err)
-	if err == nil {
-		var v []int64
-		if v, err = ints(calls[0].vals, 2); err == nil {
-			round.Now, round.Nodes = v[0]*1000, int(v[1])
-		} else {
-			err = classify("reconcile", "", err)
-		}
+	if err = readHeartbeat(calls[0], hb); err == nil {
+		round.Now, round.Nodes = hb.Now, hb.Nodes
 	}
 	for _, c := range calls[1:] {
 		s.answers(c, reports, round.Answers)

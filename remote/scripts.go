@@ -20,11 +20,15 @@ var (
 	reconcileSrc string
 	//go:embed lua/fleet.lua
 	fleetSrc string
+	//go:embed lua/contest.lua
+	contestSrc string
+	//go:embed lua/ledger.lua
+	ledgerSrc string
 )
 
 // scripts holds every script a store runs.
 type scripts struct {
-	gcra, window, log, reconcile, fleet *redis.Script
+	gcra, window, log, reconcile, fleet, contest, ledger *redis.Script
 }
 
 func newScripts() scripts {
@@ -34,11 +38,13 @@ func newScripts() scripts {
 		log:       redis.NewScript(logSrc),
 		reconcile: redis.NewScript(reconcileSrc),
 		fleet:     redis.NewScript(fleetSrc),
+		contest:   redis.NewScript(contestSrc),
+		ledger:    redis.NewScript(ledgerSrc),
 	}
 }
 
 func (sc scripts) all() []*redis.Script {
-	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet}
+	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger}
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.

@@ -62,14 +62,14 @@ type Options struct {
 // Store runs the limiter's scripts on Redis. It is safe for concurrent use
 // and holds no connection of its own: the client is the caller's.
 type Store struct {
-	client   redis.UniversalClient
-	prefix   string
-	node     string
-	active   time.Duration
-	lease    time.Duration
-	short    time.Duration
-	fleetKey string
-	scripts  scripts
+	client    redis.UniversalClient
+	prefix    string
+	node      string
+	active    time.Duration
+	lease     time.Duration
+	short     time.Duration
+	fleetKeys [5]string
+	scripts   scripts
 }
 
 // New returns a Store on client. It does no I/O: use Ping to check Redis.
@@ -110,14 +110,14 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("remote: lease %v and short lease %v must be at least 1ms, short at most lease", lease, short)
 	}
 	return &Store{
-		client:   client,
-		prefix:   prefix,
-		node:     node,
-		active:   active,
-		lease:    lease,
-		short:    short,
-		fleetKey: prefix + "fleet",
-		scripts:  newScripts(),
+		client:    client,
+		prefix:    prefix,
+		node:      node,
+		active:    active,
+		lease:     lease,
+		short:     short,
+		fleetKeys: fleetKeyNames(prefix),
+		scripts:   newScripts(),
 	}, nil
 }
 
@@ -179,12 +179,17 @@ func (s *Store) Ledger(ctx context.Context, key string, lim limit.Limit) (int64,
 	if err := limit.CheckKey(key); err != nil {
 		return 0, err
 	}
-	v, err := s.client.HGet(ctx, redisKey(s.prefix, lim, key), "s").Int64()
+	return s.hgetInt(ctx, "ledger", key, redisKey(s.prefix, lim, key), "s")
+}
+
+// hgetInt reads an integer field of a Redis key; a missing key or field is 0.
+func (s *Store) hgetInt(ctx context.Context, op, key, rkey, field string) (int64, error) {
+	v, err := s.client.HGet(ctx, rkey, field).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, classify("ledger", key, err)
+		return 0, classify(op, key, err)
 	}
 	return v, nil
 }

@@ -10,71 +10,118 @@ import (
 	"github.com/hybridlimit/hybridlimit/remote"
 )
 
-// Escalation is the outcome of a request decided in Redis because this
+// Escalation is the outcome of a request decided with Redis because this
 // node's share of the key could never admit it.
 type Escalation struct {
-	// Admitted reports that Redis admitted the request and counted it.
+	// Admitted reports that the fleet gave the node room and the request
+	// was admitted (and counted, in memory and in the ledger).
 	Admitted bool
-	// State is the key's global state after the decision, and Now Redis's
-	// time then (Unix ns).
-	State limit.State
-	Now   int64
 }
 
-// Escalate decides a request of weight n for (key, lim) in Redis, on the
-// fleet's state: for a request heavier than this node's share can ever
-// admit. It reports the node's spend on the key with it, in one script, so
-// the decision sees the node's own spend; the key is then seeded with the
-// state and the share that came back. The call goes through the breaker with
-// timeout (zero: the breaker's), bounded by ctx; an error means Redis did
-// not decide (the caller decides under its fallback). rnow is the caller's
-// time on Redis's clock.
+// Allowed reports whether the request was admitted.
+func (e Escalation) Allowed() bool { return e.Admitted }
+
+// Escalate decides a request of weight n for (key, lim) that this node's
+// share could never admit (local.ErrEscalate): a key it decides alone is
+// claimed, and the node asks Redis for as much of the pool as the request
+// needs. While the fleet has not given way yet (the others have not
+// processed the claim, or hold shares they are about to give back), it asks
+// again every interval, for at most Config.EscalationWait and ctx. Each
+// call goes through the breaker with timeout (zero: the breaker's); an
+// error means Redis did not decide (the caller decides under its
+// fallback).
 func (r *Reconciler) Escalate(ctx context.Context, key string, lim limit.Limit, n int64, timeout time.Duration) (Escalation, error) {
-	start, rnow := r.now()
-	r.mu.Lock()
-	var taken []local.Spend
-	taken = r.deps.Engine.TakeKey(rnow, key, lim, taken)
-	for _, s := range taken {
-		r.counters.add(s, start)
+	deadline := time.Now().Add(r.cfg.EscalationWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	c := r.counters.get(keyOf(key, lim, windowOf(lim, rnow)), start)
-	if c == nil {
+	r.stats.escalations.Add(1)
+	for {
+		esc, err := r.escalateOnce(ctx, key, lim, n, timeout)
+		if err != nil || esc.Admitted || time.Now().Add(r.cfg.Interval).After(deadline) {
+			return esc, err
+		}
+		t := time.NewTimer(r.cfg.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return esc, nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Limit, n int64, timeout time.Duration) (Escalation, error) {
+	start, rnow := r.now()
+	e := r.deps.Engine
+	kl := keyLim{key, lim}
+	r.mu.Lock()
+	p := r.getPart(kl, start)
+	if p == nil {
 		r.mu.Unlock()
-		r.lose(n, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
 		return Escalation{}, errNoRoom
 	}
-	est, _ := r.deps.Engine.Estimate(key, lim)
-	seconds := max(start.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
-	rep := remote.Report{Key: key, Limit: lim, Window: c.window, Epoch: c.epoch,
-		Total: c.total, Refilled: c.refilled, Acked: c.acked, AckedRefilled: c.ackedRefilled,
-		Demand: float64(c.hits+n) / seconds, Estimate: est, Now: rnow, Heavy: n,
-		UncertainSeq: c.uncertainSeq, UncertainN: c.uncertainN}
-	sent := sentReport{c: c, total: c.total, refilled: c.refilled, hits: c.hits, taken: start, grant: -1}
+	var taken []local.Spend
+	for _, s := range e.TakeKey(rnow, key, lim, taken) {
+		r.addSpend(s, start)
+	}
+	if !p.contested {
+		r.claim(p, rnow)
+	}
+	grant := r.decidedGrant(p)
+	est, _ := e.Estimate(key, lim)
+	seconds := max(start.Sub(p.since).Seconds(), r.cfg.Interval.Seconds())
+	rep := remote.ShareReport{Key: key, Limit: lim, Grant: grant, State: est, Now: rnow, Applied: p.applied,
+		Demand: float64(p.hits+n) / seconds, Epoch: p.epoch, Total: p.total, Acked: p.acked, Heavy: n, Claim: p.claimer,
+		Pressure: true}
+	sent := sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: start, join: p.join, recall: p.recall}
+	p.join, p.recall, p.claimer = false, false, false
+	if p.wantBack {
+		r.renew(p, rnow, true)
+		p.wantBack = false
+	}
+	claims := r.outbox
+	r.outbox = nil
 	r.mu.Unlock()
-	r.stats.escalations.Add(1)
 
-	round := &remote.Round{Fleet: r.deps.Engine.Fleet(), NoHeartbeat: true}
+	hb := &remote.Heartbeat{Mark: r.markNow(), From: 0, Limit: 0, Claims: claims}
+	round := &remote.ShareRound{Fleet: e.Fleet(), Acked: r.acked.Load(), Heartbeat: hb}
 	_, err := breaker.Call(ctx, r.deps.Breaker, timeout, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.deps.Store.Reconcile(ctx, []remote.Report{rep}, round)
+		return struct{}{}, r.deps.Store.Contest(ctx, []remote.ShareReport{rep}, round)
 	})
-	if err == nil && len(round.Answers) == 1 && round.Answers[0].Err != nil {
+	if err == nil && round.Answers[0].Err != nil {
 		err = round.Answers[0].Err
 	}
 	if err != nil {
+		r.mu.Lock()
+		r.outbox = append(r.outbox, claims...) // they may not have reached Redis: again next round
+		p.join, p.recall = p.join || sent.join, p.recall || sent.recall
+		r.mu.Unlock()
 		return Escalation{}, err
 	}
+	r.acked.Store(max(r.acked.Load(), hb.Acked))
+	_, now := r.now()
 	a := round.Answers[0]
+	r.applyShares([]remote.ShareReport{rep}, []sentShare{sent}, round.Answers, now)
 	if a.Admitted {
-		// Redis counted the request in this node's total: so must the node.
+		e.Charge(now, key, lim, n)
 		r.mu.Lock()
-		c.total += n
-		sent.total += n
-		c.acked = max(c.acked, sent.total)
+		p.total += n // Redis counted it in this node's ledger total
+		p.acked = max(p.acked, sent.total+n)
+		r.mu.Unlock()
+	} else if a.Recall {
+		r.mu.Lock()
+		p.wantBack = true
 		r.mu.Unlock()
 	}
-	_, now := r.now()
-	r.apply([]remote.Report{rep}, []sentReport{sent}, round.Answers, now)
-	return Escalation{Admitted: a.Admitted, State: a.State, Now: a.Now}, nil
+	return Escalation{Admitted: a.Admitted}, nil
+}
+
+// markNow is the processed mark the next heartbeat would send.
+func (r *Reconciler) markNow() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mark
 }
 
 // errNoRoom: the counters are full, so the request cannot be counted.

@@ -67,7 +67,7 @@ type fixture struct {
 func newFixture(t *testing.T, cfg Config, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
-	e, err := local.New(local.Config{TrackSpend: true})
+	e, err := local.New(local.Config{TrackSpend: true, SpendDue: !cfg.Shares})
 	require.NoError(t, err)
 	o := remote.Options{Node: "me"}
 	if len(opts) > 0 {
@@ -136,7 +136,7 @@ func TestColdKeysCostRedisNothing(t *testing.T) {
 	for range 5 {
 		require.NoError(t, f.r.Round(bg))
 	}
-	assert.Equal(t, []int{1, 1, 1, 1, 1}, hook.pipelines(), "the heartbeat alone")
+	assert.Equal(t, []int{5, 5, 5, 5, 5}, hook.pipelines(), "the heartbeat alone (the fleet's five keys)")
 	require.NoError(t, f.r.Flush(bg))
 	total := int64(0)
 	for i := range 1000 {
@@ -260,27 +260,6 @@ func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
 	assert.LessOrEqual(t, res.Remaining, int64(20), "back to a quarter of the estimate")
 }
 
-// TestEscalateDecidesOnTheFleetsState: a request heavier than the node's
-// share goes to Redis, which admits it while the fleet's state has room,
-// counts it once, and refuses it when not.
-func TestEscalateDecidesOnTheFleetsState(t *testing.T) {
-	f := newFixture(t, Config{FleetSize: 4})
-	lim := limit.Per(100, time.Hour)
-	_, err := f.engine.AllowN(time.Now().UnixNano(), "k", lim, 60)
-	require.ErrorIs(t, err, local.ErrEscalate)
-	esc, err := f.r.Escalate(bg, "k", lim, 60, time.Second)
-	require.NoError(t, err)
-	assert.True(t, esc.Admitted)
-	esc, err = f.r.Escalate(bg, "k", lim, 60, time.Second)
-	require.NoError(t, err)
-	assert.False(t, esc.Admitted, "60 + 60 > 100")
-	require.NoError(t, f.r.Flush(bg))
-	spent, err := f.store.Ledger(bg, "k", lim)
-	require.NoError(t, err)
-	assert.Equal(t, int64(60), spent)
-	assert.Equal(t, uint64(2), f.r.Stats().Escalations)
-}
-
 func TestRunStopsWithItsContext(t *testing.T) {
 	var rounds []RoundInfo
 	f := newFixture(t, Config{Interval: 5 * time.Millisecond})
@@ -389,8 +368,8 @@ func TestRoundSendsInBatches(t *testing.T) {
 	spendOnKeys(t, f, 4500, due)
 
 	require.NoError(t, f.r.Round(bg))
-	// Each call also carries the heartbeat's key.
-	assert.Equal(t, []int{1001, 1001, 1001, 1001, 501}, hook.pipelines())
+	// Each call also carries the heartbeat's five keys.
+	assert.Equal(t, []int{1005, 1005, 1005, 1005, 505}, hook.pipelines())
 	st := f.r.Stats()
 	assert.Equal(t, uint64(1+4500), st.KeysSent)
 	assert.Zero(t, st.Pending)
@@ -404,7 +383,7 @@ func TestRoundSendsInBatches(t *testing.T) {
 // acknowledged, the rest (and the failed one) wait for the next round, and
 // nothing is counted twice even though the failed batch reached Redis late.
 func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
-	f := newFixture(t, Config{BatchSize: 1000, BatchTimeout: 200 * time.Millisecond})
+	f := newFixture(t, Config{BatchSize: 1000, BatchTimeout: 500 * time.Millisecond})
 	warmUp(t, f)
 	hook := &batchHook{after: 1, then: f.srv.Pause}
 	f.store.Client().AddHook(hook)

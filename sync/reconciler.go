@@ -106,6 +106,17 @@ type Config struct {
 	// OnRound, if set, is called after every round with what happened, on
 	// the reconciler's goroutine and outside its locks (metrics hook here).
 	OnRound func(RoundInfo)
+	// Shares runs the share protocol of Async mode: keys are decided in
+	// this node's share of their limit; a key under pressure is claimed and
+	// its shares moved through Redis, with the state they carry. Without it
+	// (Sync mode) the reconciler reports the spend a node made while
+	// degraded. The engine must make spend due only on pressure
+	// (local.Config.SpendDue false) with Shares, on spend too without.
+	Shares bool
+	// EscalationWait bounds how long a request too heavy for this node's
+	// share waits for the fleet to give it room (Escalate). Zero means 5
+	// intervals.
+	EscalationWait time.Duration
 }
 
 // RoundInfo describes one round, for metrics.
@@ -151,10 +162,24 @@ type Reconciler struct {
 
 	seq atomic.Int64 // sequence numbers of sync decisions
 
+	// The share protocol (Async mode).
+	parts        map[keyLim]*part
+	cmu          sync.RWMutex // claims, taken last
+	claims       map[keyLim]known
+	outbox       []remote.Claim // claims for the next heartbeat
+	from, mark   int64          // the claims fetched, and processed, up to (Redis ns)
+	seen         int64          // every claim changed before it has been fetched (Redis ns)
+	acked        atomic.Int64   // the fleet's acked time (Redis ns)
+	shareReports []remote.ShareReport
+	shareSent    []sentShare
+	sharePicks   []sharePick
+	ledgerOut    []remote.LedgerEntry
+	ledgerParts  []ledgerSent
+
 	stats struct {
-		rounds, errors, keys, lost, lostState, faults, escalations, deferred atomic.Uint64
-		pending, nodes, leases                                               atomic.Int64
-		lastDuration                                                         atomic.Int64
+		rounds, errors, keys, lost, lostState, faults, escalations, deferred, claims, over atomic.Uint64
+		pending, nodes, leases                                                             atomic.Int64
+		lastDuration                                                                       atomic.Int64
 	}
 }
 
@@ -206,9 +231,16 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 		log = slog.Default()
 	}
 	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round),
-		named: make(map[string]struct{}), leases: make(map[keyLim]*lease)}
+		named: make(map[string]struct{}), leases: make(map[keyLim]*lease),
+		parts: make(map[keyLim]*part), claims: make(map[keyLim]known)}
+	if cfg.EscalationWait <= 0 {
+		r.cfg.EscalationWait = 5 * cfg.Interval
+	}
 	r.seq.Store(time.Now().UnixMicro())
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
+	if cfg.Shares {
+		deps.Engine.SetClaimed(r.isClaimed)
+	}
 	return r, nil
 }
 
@@ -230,7 +262,11 @@ func (r *Reconciler) Run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				r.expireLeases()
+				if r.cfg.Shares {
+					r.expireShares()
+				} else {
+					r.expireLeases()
+				}
 			}
 		}
 	}()
@@ -268,118 +304,18 @@ func (r *Reconciler) Round(ctx context.Context) error {
 	return err
 }
 
+// runRound runs one round of the reconciler's protocol.
+func (r *Reconciler) runRound(ctx context.Context, flush bool) (RoundInfo, error) {
+	if r.cfg.Shares {
+		return r.shareRound(ctx, flush)
+	}
+	return r.spendRound(ctx, flush)
+}
+
 // now returns the local time and the time on Redis's clock.
 func (r *Reconciler) now() (time.Time, int64) {
 	t := r.deps.Clock.Now()
 	return t, r.deps.Offset.Map(t)
-}
-
-func (r *Reconciler) runRound(ctx context.Context, flush bool) (RoundInfo, error) {
-	r.roundMu.Lock()
-	defer r.roundMu.Unlock()
-	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
-		// Nothing will reach Redis before the breaker's next probe: leave
-		// the spend in the engine, where it waits at no cost, until then.
-		r.stats.rounds.Add(1)
-		r.stats.errors.Add(1)
-		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
-	}
-	start, rnow := r.now()
-	e := r.deps.Engine
-	if flush {
-		r.taken = e.TakeSpend(r.taken[:0])
-	} else {
-		r.taken = e.TakeDue(rnow, r.taken[:0])
-	}
-	if d := e.Dropped(); d > r.dropped {
-		r.lose(int64(d-r.dropped), "too much spend of evicted keys to keep before a round took it")
-		r.dropped = d
-	}
-
-	r.mu.Lock()
-	r.rounds++
-	lost := int64(0)
-	for _, s := range r.taken {
-		lost += r.counters.add(s, start)
-	}
-	clear(r.taken) // drop the key strings for the GC
-	r.renewals(rnow)
-	deferred := r.build(rnow, flush)
-	r.mu.Unlock()
-	if lost > 0 {
-		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
-	}
-	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
-	r.stats.deferred.Add(uint64(deferred))
-
-	// Batch by batch; even a round with nothing to report makes one call,
-	// the node's heartbeat.
-	var err error
-	sent := r.sent
-	for from := 0; ; from += r.cfg.BatchSize {
-		to := min(from+r.cfg.BatchSize, len(sent))
-		if err = r.sendBatch(ctx, from, to); err != nil {
-			r.mu.Lock()
-			restore(sent[from:])
-			r.mu.Unlock()
-			break
-		}
-		if to == len(sent) {
-			break
-		}
-	}
-	end := r.deps.Clock.Now()
-	info.Duration = end.Sub(start)
-	r.stats.lastDuration.Store(int64(info.Duration))
-	r.stats.rounds.Add(1)
-	r.mu.Lock()
-	r.stats.pending.Store(int64(r.counters.unacked()))
-	r.mu.Unlock()
-	if err != nil {
-		r.stats.errors.Add(1)
-		info.Err = err
-		return info, err
-	}
-	info.Nodes = int(r.stats.nodes.Load())
-	now := r.deps.Offset.Map(end)
-	r.mu.Lock()
-	r.forget(end, now)
-	r.counters.shrink(&r.peak)
-	r.stats.pending.Store(int64(r.counters.unacked()))
-	rounds := r.rounds
-	r.mu.Unlock()
-	if rounds%sweepEvery == 0 {
-		e.Sweep(now, sweepPerShard)
-	}
-	return info, nil
-}
-
-// sendBatch sends reports[from:to] in one call through the breaker, and
-// applies the answers.
-func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
-	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
-	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
-	callSent := r.deps.Clock.Now()
-	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
-	})
-	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
-		// The breaker may have stopped waiting (a timeout, the caller's
-		// context) while the call still runs and reads these buffers: they
-		// are the call's now; the next round gets new ones. Whether it
-		// reached Redis or not, the next round reports the same totals.
-		r.reports, r.sent, r.round = nil, nil, new(remote.Round)
-	}
-	if err != nil {
-		return err
-	}
-	received := r.deps.Clock.Now()
-	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
-	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
-	r.stats.nodes.Store(int64(round.Nodes))
-	r.stats.keys.Add(uint64(len(reports)))
-	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
-	return nil
 }
 
 // lose counts spend that will never reach Redis, and says so.
@@ -395,9 +331,24 @@ func (r *Reconciler) lose(weight int64, why string, args ...any) {
 // tells whether everything this node spent has reached Redis: nil, or why
 // not and how much is still unreported.
 func (r *Reconciler) Flush(ctx context.Context) error {
-	info, err := r.runRound(ctx, true)
-	if r.cfg.OnRound != nil {
-		r.cfg.OnRound(info)
+	var err error
+	for attempt := 0; ; attempt++ {
+		var info RoundInfo
+		info, err = r.runRound(ctx, true)
+		if r.cfg.OnRound != nil {
+			r.cfg.OnRound(info)
+		}
+		if err == nil || ctx.Err() != nil || attempt == 2 || errors.Is(err, breaker.ErrOpen) {
+			break
+		}
+		// A batch that timed out on a busy Redis: what went through is
+		// acknowledged, and another try sends only the rest.
+	}
+	if err == nil {
+		// Leaving: the others divide by one node fewer at once.
+		_, _ = breaker.Call(ctx, r.deps.Breaker, 0, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, r.deps.Store.Beat(ctx, &remote.Heartbeat{Leave: true})
+		})
 	}
 	r.mu.Lock()
 	keys, weight := 0, int64(0)
@@ -405,6 +356,12 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 		if c.total > c.acked {
 			keys++
 			weight += c.total - c.acked
+		}
+	}
+	for _, p := range r.parts {
+		if p.total > p.acked {
+			keys++
+			weight += p.total - p.acked
 		}
 	}
 	r.mu.Unlock()
@@ -425,6 +382,7 @@ type Stats struct {
 	Escalations         uint64        // requests decided in Redis because the node's share could not
 	LostSpend           uint64        // weight dropped: a bound hit, or a key Redis refuses
 	StateLost           uint64        // keys Redis had lost state of (evicted, deleted), restored
+	Claims              uint64        // keys this node claimed: it needed more than its even split
 	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
 	Leases              int           // keys whose share Redis granted under a live lease
 	Pending             int           // keys with spend Redis has not acknowledged, as of the last round
@@ -438,6 +396,7 @@ func (r *Reconciler) Stats() Stats {
 		Rounds: r.stats.rounds.Load(), RoundErrors: r.stats.errors.Load(), KeysSent: r.stats.keys.Load(),
 		Deferred: r.stats.deferred.Load(), Escalations: r.stats.escalations.Load(),
 		LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(), KeyFaults: r.stats.faults.Load(),
+		Claims: r.stats.claims.Load(),
 		Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()), Nodes: int(r.stats.nodes.Load()),
 		LastRound: time.Duration(r.stats.lastDuration.Load()),
 	}

@@ -1,15 +1,21 @@
 package reconcile
 
 import (
+	"context"
+	"errors"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/breaker"
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
 )
 
+// Sync mode's rounds: the spend a node made while degraded (and keeps in
+// memory) reported to Redis's exact state, counted at the time it was made.
 // Which keys a round reports, in what order, and what it does with the
-// answers: the policy that makes Redis's work follow pressure.
+// answers.
 
 // Priorities of a report, the most pressing highest.
 const (
@@ -278,4 +284,114 @@ func absDiff(a, b int64) int64 {
 		return a - b
 	}
 	return b - a
+}
+
+// spendRound runs one round of Sync mode: takes the engine's due spend,
+// reports the keys that need it, and seeds them with the answers.
+func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
+	r.roundMu.Lock()
+	defer r.roundMu.Unlock()
+	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
+		// Nothing will reach Redis before the breaker's next probe: leave
+		// the spend in the engine, where it waits at no cost, until then.
+		r.stats.rounds.Add(1)
+		r.stats.errors.Add(1)
+		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
+	}
+	start, rnow := r.now()
+	e := r.deps.Engine
+	if flush {
+		r.taken = e.TakeSpend(r.taken[:0])
+	} else {
+		r.taken = e.TakeDue(rnow, r.taken[:0])
+	}
+	if d := e.Dropped(); d > r.dropped {
+		r.lose(int64(d-r.dropped), "too much spend of evicted keys to keep before a round took it")
+		r.dropped = d
+	}
+
+	r.mu.Lock()
+	r.rounds++
+	lost := int64(0)
+	for _, s := range r.taken {
+		lost += r.counters.add(s, start)
+	}
+	clear(r.taken) // drop the key strings for the GC
+	r.renewals(rnow)
+	deferred := r.build(rnow, flush)
+	r.mu.Unlock()
+	if lost > 0 {
+		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
+	}
+	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
+	r.stats.deferred.Add(uint64(deferred))
+
+	// Batch by batch; even a round with nothing to report makes one call,
+	// the node's heartbeat.
+	var err error
+	sent := r.sent
+	for from := 0; ; from += r.cfg.BatchSize {
+		to := min(from+r.cfg.BatchSize, len(sent))
+		if err = r.sendBatch(ctx, from, to); err != nil {
+			r.mu.Lock()
+			restore(sent[from:])
+			r.mu.Unlock()
+			break
+		}
+		if to == len(sent) {
+			break
+		}
+	}
+	end := r.deps.Clock.Now()
+	info.Duration = end.Sub(start)
+	r.stats.lastDuration.Store(int64(info.Duration))
+	r.stats.rounds.Add(1)
+	r.mu.Lock()
+	r.stats.pending.Store(int64(r.counters.unacked()))
+	r.mu.Unlock()
+	if err != nil {
+		r.stats.errors.Add(1)
+		info.Err = err
+		return info, err
+	}
+	info.Nodes = int(r.stats.nodes.Load())
+	now := r.deps.Offset.Map(end)
+	r.mu.Lock()
+	r.forget(end, now)
+	r.counters.shrink(&r.peak)
+	r.stats.pending.Store(int64(r.counters.unacked()))
+	rounds := r.rounds
+	r.mu.Unlock()
+	if rounds%sweepEvery == 0 {
+		e.Sweep(now, sweepPerShard)
+	}
+	return info, nil
+}
+
+// sendBatch sends reports[from:to] in one call through the breaker, and
+// applies the answers.
+func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
+	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
+	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
+	callSent := r.deps.Clock.Now()
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
+	})
+	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
+		// The breaker may have stopped waiting (a timeout, the caller's
+		// context) while the call still runs and reads these buffers: they
+		// are the call's now; the next round gets new ones. Whether it
+		// reached Redis or not, the next round reports the same totals.
+		r.reports, r.sent, r.round = nil, nil, new(remote.Round)
+	}
+	if err != nil {
+		return err
+	}
+	received := r.deps.Clock.Now()
+	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
+	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
+	r.stats.nodes.Store(int64(round.Nodes))
+	r.stats.keys.Add(uint64(len(reports)))
+	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
+	return nil
 }
