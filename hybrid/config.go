@@ -145,7 +145,7 @@ type Config struct {
 	// EscalationWait bounds how long a request heavier than this node's
 	// share of its key waits while the fleet makes room for it: the key is
 	// claimed, the other nodes give up what they do not need, and the node
-	// asks Redis again every interval. Zero means 5 intervals. ctx bounds it
+	// asks Redis again every interval. Zero means 10 intervals. ctx bounds it
 	// too. Requests that fit the node's share never wait.
 	EscalationWait time.Duration
 	// ShortLease is how long a share larger than an even split of the fleet

@@ -251,25 +251,64 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (D
 // Redis (at most RedisTimeout, and ctx), unless the breaker is open: then,
 // and when Redis fails, it is decided under the fallback.
 func (l *Limiter) escalate(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
-	if l.breaker.State() == breaker.Open {
-		return l.degraded(key, lim, n)
+	deadline := time.Now().Add(l.reconciler.EscalationWait())
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	esc, err := l.reconciler.Escalate(ctx, key, lim, n, l.cfg.RedisTimeout)
-	if err != nil {
-		if isCallerError(err) {
+	for {
+		if l.breaker.State() == breaker.Open {
+			return l.degraded(key, lim, n)
+		}
+		esc, err := l.reconciler.Escalate(ctx, key, lim, n, l.cfg.RedisTimeout)
+		if err != nil {
+			if isCallerError(err) {
+				return Decision{}, err
+			}
+			if l.breaker.State() == breaker.Open || l.engine.Degraded() {
+				return l.degraded(key, lim, n)
+			}
+			// One call failed, Redis is not down: the fleet's state is out
+			// of reach for this request only. Refused, to try again; the
+			// node's share alone could never hold it.
+			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
+			res.Limit, res.Allowed, res.RetryAfter = lim, false, max(l.cfg.SyncInterval, l.cfg.RedisTimeout)
+			return Decision{Result: res, Source: Remote}, nil
+		}
+		if esc.Admitted {
+			res, _ := l.engine.AllowN(l.now(), key, lim, 0) // the node's state after the fleet's answer
+			res.Limit, res.Allowed, res.RetryAfter = lim, true, 0
+			return Decision{Result: res, Source: Remote}, nil
+		}
+		// The fleet may have given this node room without enough of it
+		// unspent yet: its own share may now hold the request.
+		res, err := l.engine.AllowN(l.now(), key, lim, n)
+		switch err {
+		case nil:
+			return Decision{Result: res, Source: Local}, nil
+		case local.ErrEscalate:
+		default:
+			if errors.Is(err, local.ErrFaulted) {
+				return l.degraded(key, lim, n)
+			}
 			return Decision{}, err
 		}
-		return l.degraded(key, lim, n)
+		wait := l.cfg.SyncInterval
+		if time.Now().Add(wait).After(deadline) {
+			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
+			res.Limit, res.Allowed = lim, false
+			res.RetryAfter = max(res.RetryAfter, wait)
+			return Decision{Result: res, Source: Remote}, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
+			res.Limit, res.Allowed, res.RetryAfter = lim, false, wait
+			return Decision{Result: res, Source: Remote}, nil
+		case <-t.C:
+		}
 	}
-	res, err := l.engine.AllowN(l.now(), key, lim, 0) // the node's state after the fleet's answer
-	if err != nil && !errors.Is(err, local.ErrFaulted) {
-		res = limit.Result{Limit: lim}
-	}
-	res.Allowed = esc.Admitted
-	if !esc.Allowed() {
-		res.RetryAfter = max(res.RetryAfter, l.cfg.SyncInterval)
-	}
-	return Decision{Result: res, Source: Remote}, nil
 }
 
 // syncAllow decides in Redis, or from memory when Redis fails. A call that

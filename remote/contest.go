@@ -71,8 +71,10 @@ type ShareAnswer struct {
 	// deleted, or Redis restarted empty). Admitted: the Heavy request was.
 	// Recall: the node's want cannot be met from the pool while others hold
 	// more than they want: every node holding the key should report it.
-	// Over: the node decided in more than Redis had granted it.
-	Lost, Admitted, Recall, Over bool
+	// Over: the node decided in more than Redis had granted it. FromPool:
+	// the admitted request was served from the pool, which holds its spend
+	// (else the node grew and holds it in its own state).
+	Lost, Admitted, Recall, Over, FromPool bool
 	// Nodes is how many nodes are active on the key, and Demand their total
 	// demand (requests per second).
 	Nodes  int
@@ -250,7 +252,7 @@ func parseShareAnswer(lim limit.Limit, now int64, vals []any) (ShareAnswer, erro
 	}
 	a.Target = min(max(v[7], 0), GrantOne)
 	a.Seq = v[8]
-	a.Lost, a.Admitted, a.Recall, a.Over = v[9]&1 != 0, v[9]&2 != 0, v[9]&4 != 0, v[9]&8 != 0
+	a.Lost, a.Admitted, a.Recall, a.Over, a.FromPool = v[9]&1 != 0, v[9]&2 != 0, v[9]&4 != 0, v[9]&8 != 0, v[9]&16 != 0
 	a.Nodes = int(v[10])
 	a.Demand = float64(v[11]) / 1000
 	return a, nil

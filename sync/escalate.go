@@ -21,35 +21,23 @@ type Escalation struct {
 // Allowed reports whether the request was admitted.
 func (e Escalation) Allowed() bool { return e.Admitted }
 
-// Escalate decides a request of weight n for (key, lim) that this node's
-// share could never admit (local.ErrEscalate): a key it decides alone is
-// claimed, and the node asks Redis for as much of the pool as the request
-// needs. While the fleet has not given way yet (the others have not
-// processed the claim, or hold shares they are about to give back), it asks
-// again every interval, for at most Config.EscalationWait and ctx. Each
-// call goes through the breaker with timeout (zero: the breaker's); an
-// error means Redis did not decide (the caller decides under its
-// fallback).
+// Escalate asks Redis to decide a request of weight n for (key, lim) that
+// this node's share could never admit (local.ErrEscalate): a key it decides
+// alone is claimed, and the node asks for as much of the pool as the request
+// needs. When the pool cannot give it yet (the others have not processed the
+// claim, or hold shares a recall will make them give up), the answer says
+// so and the caller may try again after an interval (Interval), for at most
+// EscalationWait. The call goes through the breaker with timeout (zero: the
+// breaker's); an error means Redis did not decide (the caller decides under
+// its fallback).
 func (r *Reconciler) Escalate(ctx context.Context, key string, lim limit.Limit, n int64, timeout time.Duration) (Escalation, error) {
-	deadline := time.Now().Add(r.cfg.EscalationWait)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
 	r.stats.escalations.Add(1)
-	for {
-		esc, err := r.escalateOnce(ctx, key, lim, n, timeout)
-		if err != nil || esc.Admitted || time.Now().Add(r.cfg.Interval).After(deadline) {
-			return esc, err
-		}
-		t := time.NewTimer(r.cfg.Interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return esc, nil
-		case <-t.C:
-		}
-	}
+	return r.escalateOnce(ctx, key, lim, n, timeout)
 }
+
+// EscalationWait is how long a request too heavy for the node's share may
+// wait for the fleet to make room.
+func (r *Reconciler) EscalationWait() time.Duration { return r.cfg.EscalationWait }
 
 func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Limit, n int64, timeout time.Duration) (Escalation, error) {
 	start, rnow := r.now()
@@ -72,7 +60,7 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 	est, _ := e.Estimate(key, lim)
 	seconds := max(start.Sub(p.since).Seconds(), r.cfg.Interval.Seconds())
 	rep := remote.ShareReport{Key: key, Limit: lim, Grant: grant, State: est, Now: rnow, Applied: p.applied,
-		Demand: float64(p.hits+n) / seconds, Epoch: p.epoch, Total: p.total, Acked: p.acked, Heavy: n, Claim: p.claimer,
+		Demand: float64(p.hits) / seconds, Epoch: p.epoch, Total: p.total, Acked: p.acked, Heavy: n, Claim: p.claimer,
 		Pressure: true}
 	sent := sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: start, join: p.join, recall: p.recall}
 	p.join, p.recall, p.claimer = false, false, false
@@ -104,7 +92,9 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 	a := round.Answers[0]
 	r.applyShares([]remote.ShareReport{rep}, []sentShare{sent}, round.Answers, now)
 	if a.Admitted {
-		e.Charge(now, key, lim, n)
+		if !a.FromPool {
+			e.Charge(now, key, lim, n) // the node grew to hold it: its state counts it
+		}
 		r.mu.Lock()
 		p.total += n // Redis counted it in this node's ledger total
 		p.acked = max(p.acked, sent.total+n)

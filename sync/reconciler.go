@@ -114,7 +114,7 @@ type Config struct {
 	// (local.Config.SpendDue false) with Shares, on spend too without.
 	Shares bool
 	// EscalationWait bounds how long a request too heavy for this node's
-	// share waits for the fleet to give it room (Escalate). Zero means 5
+	// share waits for the fleet to give it room (Escalate). Zero means 10
 	// intervals.
 	EscalationWait time.Duration
 }
@@ -170,6 +170,7 @@ type Reconciler struct {
 	from, mark   int64          // the claims fetched, and processed, up to (Redis ns)
 	seen         int64          // every claim changed before it has been fetched (Redis ns)
 	acked        atomic.Int64   // the fleet's acked time (Redis ns)
+	wasDegraded  bool           // the engine was degraded at the last round
 	shareReports []remote.ShareReport
 	shareSent    []sentShare
 	sharePicks   []sharePick
@@ -234,7 +235,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease),
 		parts: make(map[keyLim]*part), claims: make(map[keyLim]known)}
 	if cfg.EscalationWait <= 0 {
-		r.cfg.EscalationWait = 5 * cfg.Interval
+		r.cfg.EscalationWait = 10 * cfg.Interval
 	}
 	r.seq.Store(time.Now().UnixMicro())
 	deps.Engine.SetFleet(cfg.FleetSize, 1)

@@ -124,6 +124,11 @@ func (r *Reconciler) claimTTL(lim limit.Limit) int64 {
 func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	r.roundMu.Lock()
 	defer r.roundMu.Unlock()
+	if r.deps.Engine.Degraded() {
+		r.mu.Lock()
+		r.wasDegraded = true
+		r.mu.Unlock()
+	}
 	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		r.stats.rounds.Add(1)
 		r.stats.errors.Add(1)
@@ -143,6 +148,21 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 
 	r.mu.Lock()
 	r.rounds++
+	if r.wasDegraded && !e.Degraded() {
+		// Back from degraded mode, where every key was decided in one over
+		// the fleet: contested keys go back to their shares (an even split at
+		// most, for a grant whose lease lapsed meanwhile).
+		even := r.even()
+		for _, p := range r.parts {
+			if p.contested && p.joined {
+				if p.grant > even && p.leaseEnd <= rnow {
+					p.grant = even
+				}
+				e.SetShare(p.kl.key, p.kl.lim, local.Share(max(p.grant, 1)))
+			}
+		}
+		r.wasDegraded = false
+	}
 	lost := int64(0)
 	for _, s := range r.taken {
 		p, dropped := r.addSpend(s, start)
@@ -427,6 +447,9 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 		}
 		if a.Recall && r.rounds >= p.recallOut {
 			p.wantBack = true
+		}
+		if s.recall && a.Target < a.Grant {
+			p.recall = true // recalled, and holding more than its target now says: shrink to it, next round
 		}
 		if a.Lost {
 			p.wantBack = true // the others must rejoin too

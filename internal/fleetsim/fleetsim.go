@@ -45,6 +45,9 @@ type Run struct {
 	// OnBucket, if set, is called with each completed bucket, for live
 	// output, from the goroutine that called Drive.
 	OnBucket func(b Bucket)
+	// N is every request's weight (AllowN's n). Zero means 1. Offered and
+	// Admitted count weight: a request of weight 100 admitted counts 100.
+	N int64
 }
 
 // Bucket is what happened in one time bucket on one node, or on the fleet.
@@ -80,6 +83,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 	if run.Tick <= 0 {
 		run.Tick = time.Millisecond
 	}
+	n := max(run.N, 1)
 	weight := load.Weight
 	if weight == nil {
 		weight = func(int, time.Duration) float64 { return 1 }
@@ -136,7 +140,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 				last = at
 				for ; owed >= 1; owed-- {
 					t0 := time.Now()
-					d, err := node.AllowN(ctx, run.Key, run.Limit, 1)
+					d, err := node.AllowN(ctx, run.Key, run.Limit, n)
 					took := time.Since(t0)
 					lat = append(lat, took)
 					b := int(time.Since(start) / run.Bucket)
@@ -145,7 +149,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 					}
 					mu.Lock()
 					bk := &tl.Buckets[b][i]
-					bk.Offered++
+					bk.Offered += int(n)
 					if err != nil {
 						bk.Errors++
 						if tl.FirstError == nil {
@@ -153,7 +157,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 						}
 					} else {
 						if d.Allowed {
-							bk.Admitted++
+							bk.Admitted += int(n)
 						}
 						if int(d.Source) < len(bk.Sources) {
 							bk.Sources[d.Source]++

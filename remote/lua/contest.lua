@@ -65,7 +65,8 @@
 --   sequence, flags (1 lost: Redis had no record of a node that had one;
 --   2: the request was admitted; 4: recall: the node's want cannot be met
 --   from the pool while others hold more than they want; 8: the node
---   reported more than its record), active nodes, their demand (thousandths)
+--   reported more than its record; 16: the request was served from the
+--   pool, which holds its spend), active nodes, their demand (thousandths)
 -- or for a key that failed: 0, the error, then eleven zeros.
 local node, active, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease, short, fleet, acked = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -244,13 +245,35 @@ for i = 1, #KEYS do
     -- The node's demand and target.
     if me[10] > 0 and now - me[10] <= active then demand = (demand + me[9] / 1000) / 2 end
     sum = sum + demand
-    local function target(d)
-      if count <= 1 then return ONE end
-      if sum <= 0 then return even end
-      local fl = 0.1 * sum / count
-      return math.floor(ONE * (d + fl) / (sum + fl * count))
+    -- The pool's own demand: heavy requests, decided from the pool, at a
+    -- rate smoothed over a second. It earns the pool its part of the limit,
+    -- so that nodes whose requests are too heavy for their shares leave
+    -- the capacity where those requests are served.
+    local pd, pdt = tonumber(f.Pd) or 0, tonumber(f.Pdt) or now
+    pd = pd * math.exp(-(now - pdt) / 1000000)
+    if heavy > 0 then pd = pd + heavy end
+    sum = sum + pd
+    -- A heavy request that found no room holds the key's want: until it
+    -- is admitted or its short lease passes, the other nodes' targets leave
+    -- it the share it needs, and a recall makes them give it up.
+    local wantBy, wantN, wantEnd = f.W, tonumber(f.Wn) or 0, tonumber(f.We) or 0
+    if wantEnd <= now then wantBy, wantN = nil, 0 end
+    local function target(d, who)
+      local t
+      if count <= 1 then
+        t = ONE
+      elseif sum <= 0 then
+        t = even
+      else
+        local fl = 0.1 * sum / count
+        t = math.floor(ONE * (d + fl) / (sum + fl * count))
+      end
+      if wantBy ~= nil then
+        t = math.floor(t * (ONE - wantN) / ONE) -- room for the request the pool must serve
+      end
+      return t
     end
-    local want = target(demand)
+    local want = target(demand, node)
     if leaving then want, heavy, pressure = 0, 0, false end
 
     -- Growth from the pool, for the target and for the request.
@@ -259,7 +282,24 @@ for i = 1, #KEYS do
     if want > me[1] then grow = math.min(want - me[1], avail) end
     if pressure and avail > grow then grow = grow + math.ceil((avail - grow) / 2) end
     local admitted = false
-    if heavy > 0 then
+    local fromPool = false
+    if heavy > 0 and ps > 0 then
+      -- The pool serves it if it has the room: a share ps of the limit
+      -- counts each request 1/ps times, as a node's does.
+      local used = pa
+      if kind ~= 0 then
+        used = pb + (kind == 2 and pc or 0)
+        if pa ~= math.floor(now / period) then used = 0 end
+      end
+      local w = heavy * (kind == 0 and unit or 1) * ONE
+      if ps * (cap - used) >= w then
+        if kind == 0 then pa = pa + w / ps else pb = pb + w / ps end
+        fromPool, admitted = true, true
+        flags = flags + 2 + 16
+        if wantBy == node then wantBy, wantN, wantEnd = nil, 0, 0 end
+      end
+    end
+    if heavy > 0 and not fromPool then
       -- Room after growing by d: (g+d)(cap - x') >= heavy·unit·ONE, x' the
       -- mixed state, solved for d.
       local g = me[1]
@@ -279,6 +319,11 @@ for i = 1, #KEYS do
         grow = math.max(grow, d)
         admitted = true
         flags = flags + 2
+        if wantBy == node then wantBy, wantN, wantEnd = nil, 0, 0 end
+      elseif wantBy == nil or wantBy == node then
+        -- No room: want the share the request needs, from a fresh pool.
+        wantBy, wantEnd = node, now + short
+        wantN = math.min(math.ceil(heavy * (kind == 0 and unit or 1) * ONE / cap), ONE)
       end
     end
     if grow > 0 then
@@ -292,7 +337,7 @@ for i = 1, #KEYS do
         if k ~= mine then
           local r = recs[k]
           if now - r[10] <= active then
-            excess = excess + math.max(r[1] - target(r[9] / 1000), 0)
+            excess = excess + math.max(r[1] - target(r[9] / 1000, string.sub(k, 3)), 0)
           elseif r[1] > 0 then
             excess = excess + r[1]
           end
@@ -327,7 +372,7 @@ for i = 1, #KEYS do
       if epoch == ea then ca = ca + heavy end
     end
 
-    local w = {'c', began, 'r', relost and 1 or 0, 'P', struct.pack('<ddddd', ps, pa, pb, pc, now), mine,
+    local w = {'c', began, 'r', relost and 1 or 0, 'W', wantBy or '', 'Wn', wantN, 'We', wantEnd, 'Pd', pd, 'Pdt', now, 'P', struct.pack('<ddddd', ps, pa, pb, pc, now), mine,
       struct.pack(REC, me[1], me[2], me[3], me[4], me[5], me[6], me[7], me[8], me[9], me[10]),
       lk, struct.pack('<dddd', ea, ca, eb, cb)}
     for _, k in ipairs(names) do
