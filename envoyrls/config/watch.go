@@ -270,4 +270,3 @@ func fingerprint(files []File) [sha256.Size]byte {
 	copy(sum[:], h.Sum(nil))
 	return sum
 }
-
