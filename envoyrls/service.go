@@ -419,4 +419,3 @@ func (s *Service) algorithm(ctx context.Context, v *verdict) (hybrid.Decision, e
 	}
 	return s.lim.AllowN(ctx, key, r.Limit, int64(v.hits))
 }
-

@@ -220,8 +220,10 @@ const (
 	min_  = rlsv3.RateLimitResponse_RateLimit_MINUTE
 )
 
-func okw(remaining uint32, l *Limit) Want { return Want{Code: ok, Limit: l, Remaining: remaining, Reset: true} }
-func overw(l *Limit) Want                 { return Want{Code: over, Limit: l, Reset: true} }
+func okw(remaining uint32, l *Limit) Want {
+	return Want{Code: ok, Limit: l, Remaining: remaining, Reset: true}
+}
+func overw(l *Limit) Want { return Want{Code: over, Limit: l, Reset: true} }
 
 var none = Want{Code: ok}
 
