@@ -298,8 +298,10 @@ func (s *Service) limit(ctx context.Context, v *verdict, now time.Time) error {
 		d, err = s.envoyCount(ctx, v)
 		v.st.DurationUntilReset = windowReset(r.Unit, now)
 	} else {
+		// Denied: how long until the request would pass (what a client
+		// retries after); admitted: how long until the key is fresh again.
 		d, err = s.algorithm(ctx, v)
-		if reset := d.ResetAfter; reset > 0 {
+		if reset := d.ResetAfter; d.Allowed && reset > 0 {
 			v.st.DurationUntilReset = durationpb.New(reset)
 		} else if !d.Allowed && d.RetryAfter > 0 {
 			v.st.DurationUntilReset = durationpb.New(d.RetryAfter)
