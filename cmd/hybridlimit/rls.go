@@ -370,7 +370,11 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 	if cm, err = envoyrls.NewConfigMetrics(reg, "", watcher.Current()); err != nil {
 		return err
 	}
-	rec, err := metrics.New(reg, metrics.Options{NearLimit: 1 - s.nearLimitRatio})
+	near := 1 - s.nearLimitRatio // their ratio is of the limit used; ours of the limit left
+	if near == 0 {
+		near = -1 // a ratio of 1: nothing is ever near
+	}
+	rec, err := metrics.New(reg, metrics.Options{NearLimit: near})
 	if err != nil {
 		return err
 	}
