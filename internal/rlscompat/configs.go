@@ -13,7 +13,9 @@ type BadConfig struct {
 // BadConfigs returns the files of envoyproxy/ratelimit's own configuration
 // tests that it refuses, and the ones where hybridlimit is stricter.
 func BadConfigs() []BadConfig {
-	both := func(name, yaml string) BadConfig { return BadConfig{Name: name, YAML: yaml, TheyRefuse: true, WeRefuse: true} }
+	both := func(name, yaml string) BadConfig {
+		return BadConfig{Name: name, YAML: yaml, TheyRefuse: true, WeRefuse: true}
+	}
 	return []BadConfig{
 		both("empty domain", "descriptors:\n"),
 		both("empty key", "domain: d\ndescriptors:\n  - value: value1\n"),

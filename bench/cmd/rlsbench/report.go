@@ -96,7 +96,7 @@ func (r *report) write(w io.Writer) {
 	}
 
 	fmt.Fprintf(w, "\n## Accuracy across instances\n\nOne key limited to %d/s, offered twice that, spread over the instances, for %v of whole seconds (the services' windows). "+
-		"An exact limiter admits 1.00 × the limit; \"worst second\" is the most admitted in one window. Redis calls per instance per sync interval: EVAL and EVALSHA calls ÷ (instances × run ÷ %v).\n\n",
+		"An exact limiter admits 1.00 × the limit; \"worst second\" is the most admitted in one window. Redis scripts per instance per sync interval: EVAL and EVALSHA calls ÷ (instances × run ÷ %v); hybridlimit sends the scripts of a round (the fleet heartbeat and the key reports) in one pipeline: one round trip.\n\n",
 		o.hotLimit, o.accuracy, o.syncInterval)
 	fmt.Fprintln(w, "| service | instances | admitted ÷ limit | worst second ÷ limit | errors | Redis scripts per instance per interval | Redis commands/request | Redis µs/request | Redis calls |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
