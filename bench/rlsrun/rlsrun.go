@@ -11,7 +11,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,4 +223,41 @@ func (in *Instance) Stop() error {
 func CheckConfig(bins Bins, dir string) (bool, string) {
 	out, err := exec.Command(bins.TheirsCheck, "-config_dir", dir).CombinedOutput()
 	return err == nil, string(out)
+}
+
+// Metric sums the values of the series of the instance's /metrics (the
+// Prometheus text format on its admin listener) whose name and labels
+// start with series, such as `rate_limit_sync_round_duration_seconds_sum{result="ok"`.
+// It reads hybridlimit's metrics; envoyproxy/ratelimit serves none there.
+func (in *Instance) Metric(ctx context.Context, series string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Admin+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	found := false
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, series) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("rlsrun: %s: %q", series, line)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		return 0, fmt.Errorf("rlsrun: no series %s in %s/metrics", series, in.Admin)
+	}
+	return sum, nil
 }

@@ -341,6 +341,8 @@ type accuracy struct {
 	offered, limitPerSec  float64
 	perSecond             []int
 	callsPerReq, usPerReq float64
+	roundTrip             time.Duration // hybridlimit: the mean reconciliation round
+	bound                 float64       // hybridlimit: the Async bound, ÷ limit
 }
 
 // alignedStart waits until just before the next whole second, so a run's
@@ -399,6 +401,24 @@ func (b *bench) accuracyRun(ctx context.Context, kind rlsrun.Kind) (accuracy, er
 	}
 	for _, v := range a.perSecond {
 		a.worst = max(a.worst, v)
+	}
+	if kind == rlsrun.Ours {
+		// The Async bound of docs/accuracy.md for a window of one second and
+		// no burst: L·(1 + (1.1·I + r)·(N−1)/N), with r the mean round trip
+		// of a reconciliation round the instances measured.
+		var sum, count float64
+		for _, in := range ins {
+			s, err1 := in.Metric(ctx, `rate_limit_sync_round_duration_seconds_sum{result="ok"}`)
+			c, err2 := in.Metric(ctx, `rate_limit_sync_round_duration_seconds_count{result="ok"}`)
+			if err := errors.Join(err1, err2); err != nil {
+				return accuracy{}, err
+			}
+			sum, count = sum+s, count+c
+		}
+		if count > 0 {
+			a.roundTrip = time.Duration(sum / count * float64(time.Second))
+			a.bound = 1 + (1.1*b.o.syncInterval.Seconds()+a.roundTrip.Seconds())*float64(n-1)/float64(n)
+		}
 	}
 	ticks := float64(n) * b.o.accuracy.Seconds() / b.o.syncInterval.Seconds()
 	a.callsPerInstanceTick = float64(rs.By["evalsha"]+rs.By["eval"]) / ticks

@@ -98,13 +98,18 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "\n## Accuracy across instances\n\nOne key limited to %d/s, offered twice that, spread over the instances, for %v of whole seconds (the services' windows). "+
 		"An exact limiter admits 1.00 × the limit; \"worst second\" is the most admitted in one window. Redis scripts per instance per sync interval: EVAL and EVALSHA calls ÷ (instances × run ÷ %v); hybridlimit sends the scripts of a round (the fleet heartbeat and the key reports) in one pipeline: one round trip.\n\n",
 		o.hotLimit, o.accuracy, o.syncInterval)
-	fmt.Fprintln(w, "| service | instances | admitted ÷ limit | worst second ÷ limit | errors | Redis scripts per instance per interval | Redis commands/request | Redis µs/request | Redis calls |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| service | instances | admitted ÷ limit | bound | worst second ÷ limit | errors | Redis scripts per instance per interval | Redis commands/request | Redis µs/request | Redis calls |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range r.accuracy {
 		lim := a.limitPerSec * float64(a.seconds)
-		fmt.Fprintf(w, "| %v | %d | %.3f | %.3f | %d | %.2f | %.3f | %.2f | %s |\n", a.kind, a.instances, float64(a.admitted)/lim, float64(a.worst)/a.limitPerSec, a.errs,
+		bound := "1 (exact)"
+		if a.bound > 0 {
+			bound = fmt.Sprintf("%.3f (round trip %s)", a.bound, ms(a.roundTrip))
+		}
+		fmt.Fprintf(w, "| %v | %d | %.3f | %s | %.3f | %d | %.2f | %.3f | %.2f | %s |\n", a.kind, a.instances, float64(a.admitted)/lim, bound, float64(a.worst)/a.limitPerSec, a.errs,
 			a.callsPerInstanceTick, a.callsPerReq, a.usPerReq, calls(a.redisCalls))
 	}
+	fmt.Fprintf(w, "\nThe bound is docs/accuracy.md's Async bound for one-second windows without a burst, L·(1 + (1.1·I + r)·(N−1)/N), with I the sync interval and r the mean reconciliation round the instances measured (rate_limit_sync_round_duration_seconds); envoyproxy/ratelimit counts in Redis and is exact.\n")
 
 	fmt.Fprintf(w, "\n## Redis killed for %v under load\n\n%d instances offered %.0f calls/s on the key limited to %d/s: %v of load, then Redis killed (SIGKILL) for %v, then restarted empty on the same port and %v more. "+
 		"Errors are calls that failed (an error status or the %v client timeout): behind Envoy's `failure_mode_deny: false` each one is a request let through unlimited. "+
