@@ -179,7 +179,7 @@ func run(ctx context.Context, o options) error {
 	defer b.admin.Close()
 	redisVersion, _ := b.admin.Info(ctx, "server").Result()
 
-	rep := &report{o: o, started: time.Now(), redis: field(redisVersion, "redis_version"), cpus: runtime.NumCPU(), goVersion: runtime.Version()}
+	rep := &report{o: o, started: time.Now(), redis: field(redisVersion, "redis_version"), cpus: runtime.NumCPU(), goVersion: runtime.Version(), loadStart: loadAverage()}
 	for _, kind := range o.kinds {
 		for _, n := range o.instances {
 			fmt.Fprintf(os.Stderr, "latency: %v, %d instances\n", kind, n)
@@ -206,7 +206,7 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.outages = append(rep.outages, out)
 	}
-	rep.took = time.Since(rep.started)
+	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
 	var w io.Writer = os.Stdout
 	if o.out != "" {
 		f, err := os.Create(o.out)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,8 @@ type report struct {
 	redis     string
 	cpus      int
 	goVersion string
+	loadStart string // 1-minute load average
+	loadEnd   string
 	sweep     []sweepRow
 	accuracy  []accuracy
 	outages   []outage
@@ -55,8 +58,8 @@ func since(d time.Duration) string {
 func (r *report) write(w io.Writer) {
 	o := r.o
 	fmt.Fprintf(w, "# hybridlimit rls and envoyproxy/ratelimit, side by side\n\n")
-	fmt.Fprintf(w, "Run %s, %d CPUs, %s, Redis %s; took %s. Command: `make bench-rls` (`cd bench && go run ./cmd/rlsbench`).\n\n",
-		r.started.UTC().Format("2006-01-02 15:04 MST"), r.cpus, r.goVersion, r.redis, r.took.Round(time.Second))
+	fmt.Fprintf(w, "Run %s, %d CPUs, %s, Redis %s; took %s; load average %s at the start, %s at the end (the machine is shared). Command: `make bench-rls` (`cd bench && go run ./cmd/rlsbench`).\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), r.cpus, r.goVersion, r.redis, r.took.Round(time.Second), r.loadStart, r.loadEnd)
 	fmt.Fprintf(w, "Both services run as child processes with the same environment variables (envoyproxy/ratelimit's), the same configuration "+
 		"and one private redis-server, flushed before each run; envoyproxy/ratelimit %s at its defaults (REDIS_TIMEOUT 10 s, no local cache), "+
 		"hybridlimit rls in async mode (sync interval %v). The load: %d client goroutines, each with one gRPC connection to every instance, "+
@@ -150,4 +153,16 @@ func (r *report) write(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// loadAverage is the 1-minute load average, "?" where unknown.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(data)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
