@@ -184,16 +184,15 @@ func (c *Config) Lookup(domain string, entries []Entry) (Match, bool) {
 	var (
 		rule     *Rule
 		patterns []string // share_threshold patterns by entry, nil if none
-		detailed strings.Builder
-		metric   strings.Builder
+		// The metric name's value of each entry: "" leaves the value out.
+		// It differs from the rule's key only where value_to_metric or a
+		// shared threshold applies (custom).
+		values = make([]string, len(entries))
+		custom bool
 	)
-	detailed.WriteString(domain)
-	metric.WriteString(domain)
 	prev := d
 	for i, e := range entries {
 		name := e.Key + "_" + e.Value
-		detailed.WriteByte('.')
-		detailed.WriteString(name)
 		next := prev.children[name]
 		wildcard := ""
 		if next == nil {
@@ -208,37 +207,29 @@ func (c *Config) Lookup(domain string, entries []Entry) (Match, bool) {
 		if next == nil {
 			next = prev.children[e.Key]
 		}
-		if wildcard != "" && next.shareThreshold && next.wildcardPattern != "" {
+		if next == nil {
+			break
+		}
+		switch {
+		case wildcard != "" && next.shareThreshold && next.wildcardPattern != "":
 			if patterns == nil {
 				patterns = make([]string, len(entries))
 			}
 			patterns[i] = strings.TrimPrefix(next.wildcardPattern, e.Key+"_")
+			values[i], custom = patterns[i], true
+		case wildcard != "" && next.valueToMetric:
+			values[i], custom = e.Value, true
+		case wildcard != "":
+			values[i] = strings.TrimPrefix(wildcard, e.Key+"_")
+		case byValue:
+			values[i] = e.Value
+		case next.valueToMetric:
+			values[i], custom = e.Value, true
 		}
-		metric.WriteByte('.')
-		metric.WriteString(e.Key)
-		if next != nil {
-			v := ""
-			switch {
-			case wildcard != "" && patterns != nil && patterns[i] != "":
-				v = patterns[i]
-			case wildcard != "" && next.valueToMetric:
-				v = e.Value
-			case wildcard != "":
-				v = strings.TrimPrefix(wildcard, e.Key+"_")
-			case byValue:
-				v = e.Value
-			case next.valueToMetric:
-				v = e.Value
-			}
-			if v != "" {
-				metric.WriteByte('_')
-				metric.WriteString(v)
-			}
-		}
-		if next != nil && next.rule != nil && i == len(entries)-1 {
+		if next.rule != nil && i == len(entries)-1 {
 			rule = next.rule
 		}
-		if next == nil || len(next.children) == 0 {
+		if len(next.children) == 0 {
 			break
 		}
 		prev = next
@@ -246,16 +237,40 @@ func (c *Config) Lookup(domain string, entries []Entry) (Match, bool) {
 	if rule == nil {
 		return Match{}, false
 	}
-	m := Match{Rule: rule, Counter: counterKey(domain, entries, patterns)}
+	m := Match{Rule: rule, Counter: counterKey(domain, entries, patterns), Metric: rule.Key}
 	switch {
 	case rule.DetailedMetric && patterns != nil:
 		m.Metric = patternKey(domain, entries, patterns)
 	case rule.DetailedMetric:
-		m.Metric = detailed.String()
-	default:
-		m.Metric = metric.String()
+		m.Metric = DescriptorKeyFull(domain, entries)
+	case custom:
+		var b strings.Builder
+		b.WriteString(domain)
+		for i, e := range entries {
+			b.WriteByte('.')
+			b.WriteString(e.Key)
+			if values[i] != "" {
+				b.WriteByte('_')
+				b.WriteString(values[i])
+			}
+		}
+		m.Metric = b.String()
 	}
 	return m, true
+}
+
+// DescriptorKeyFull names a descriptor with every entry's key and value,
+// "domain.k1_v1.k2_", as envoyproxy/ratelimit's detailed metrics do.
+func DescriptorKeyFull(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+	}
+	return b.String()
 }
 
 // counterKey is envoyproxy/ratelimit's cache key without its prefix and
