@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"os"
+	"slices"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -64,6 +66,7 @@ func latencyPlot(r *report) (*plot.Plot, error) {
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	top := 0.0
 	for _, kind := range []rlsrun.Kind{rlsrun.Theirs, rlsrun.Ours} {
 		for ni, n := range r.o.instances {
 			var pts plotter.XYs
@@ -75,6 +78,8 @@ func latencyPlot(r *report) (*plot.Plot, error) {
 			if len(pts) == 0 {
 				continue
 			}
+			slices.SortFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+			top = max(top, slices.MaxFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.Y, b.Y) }).Y)
 			l, s, err := plotter.NewLinePoints(pts)
 			if err != nil {
 				return nil, err
@@ -86,6 +91,7 @@ func latencyPlot(r *report) (*plot.Plot, error) {
 			p.Legend.Add(fmt.Sprintf("%v, %d instance(s)", kind, n), l, s)
 		}
 	}
+	p.Y.Max = top * 20 // room for the legend above the lines
 	return p, nil
 }
 
@@ -97,11 +103,13 @@ func outagePlots(r *report) (*plot.Plot, *plot.Plot, error) {
 	lat.Y.Scale = plot.LogScale{}
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	lat.Legend.Top = true
+	lat.Legend.Left = true
 	adm := plot.New()
 	adm.Title.Text = "admitted ÷ limit per second, errors per second ÷ limit"
 	adm.X.Label.Text = "s since the load began"
 	adm.Y.Label.Text = "÷ limit"
 	adm.Legend.Top = true
+	adm.Y.Min, adm.Y.Max = 0, 1.7 // room for the legend above the limit
 	for _, x := range r.outages {
 		var p99s, admitted, errs plotter.XYs
 		q := 250 * time.Millisecond
@@ -140,8 +148,14 @@ func outagePlots(r *report) (*plot.Plot, *plot.Plot, error) {
 		}
 	}
 	from, to := r.o.before.Seconds(), (r.o.before + r.o.outage).Seconds()
+	lat.Y.Max = 20_000 // above the client timeout: room for the legend
+	var ticks []plot.Tick
+	for t := 0; t <= int((r.o.before+r.o.outage+r.o.after)/time.Second); t += 5 {
+		ticks = append(ticks, plot.Tick{Value: float64(t), Label: fmt.Sprint(t)})
+	}
 	for _, p := range []*plot.Plot{lat, adm} {
 		p.X.Min = 0
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 		shade, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: yMin(p)}, {X: to, Y: yMin(p)}, {X: to, Y: yMax(p)}, {X: from, Y: yMax(p)}})
 		if err != nil {
 			return nil, nil, err
