@@ -5,7 +5,7 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test demo bench bench-compare tools vet
+.PHONY: test demo bench bench-compare bench-rls rls-peer rls-compat tools vet
 
 ## test: vet, then every test with the race detector, against private redis-servers the tests start;
 ## then the comparison suite's own tests (bench/ is a module of its own, to keep the peers out of go.mod)
@@ -25,6 +25,23 @@ bench: tools
 ## writes bench/results.md and docs/bench-compare.png
 bench-compare: tools
 	cd bench && $(GO) run ./cmd/compare
+
+## rls-peer: build hybridlimit and envoyproxy/ratelimit (pinned in bench/rlsrun/ratelimit.version, never in go.mod) into bench/.bin (git-ignored)
+RATELIMIT_VERSION ?= $(shell cat bench/rlsrun/ratelimit.version)
+rls-peer:
+	$(GO) build -o bench/.bin/hybridlimit ./cmd/hybridlimit
+	@test -x bench/.bin/service_cmd -a -x bench/.bin/config_check_cmd -a -f bench/.bin/ratelimit-$(RATELIMIT_VERSION) || { \
+	  GOBIN=$(CURDIR)/bench/.bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(RATELIMIT_VERSION) \
+	    github.com/envoyproxy/ratelimit/src/config_check_cmd@$(RATELIMIT_VERSION) && touch bench/.bin/ratelimit-$(RATELIMIT_VERSION); }
+
+## rls-compat: the compatibility suite against envoyproxy/ratelimit's own service and hybridlimit rls, side by side (~10 s after the build)
+rls-compat: tools rls-peer
+	cd bench && $(GO) run ./cmd/rlscompat
+
+## bench-rls: hybridlimit rls and envoyproxy/ratelimit under the same gRPC load, 1 to 4 instances, and Redis killed for 10 s;
+## writes bench/rls-results.md and docs/bench-rls.png
+bench-rls: tools rls-peer
+	cd bench && $(GO) run ./cmd/rlsbench
 
 vet:
 	$(GO) vet $(PKGS)

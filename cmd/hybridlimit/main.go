@@ -24,6 +24,7 @@ func commands() []command {
 		{"tune", "measure accuracy, latency and Redis load for each sync interval, with a plot", runTune},
 		{"chaos", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
 		{"gateway", "a reverse proxy with the limiter and a rules file in front of an upstream", runGateway},
+		{"rls", "Envoy's rate limit service (RLS v3 gRPC) with envoyproxy/ratelimit's config", runRLS},
 	}
 }
 

@@ -1,0 +1,492 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/hybridlimit/hybridlimit/envoyrls"
+	"github.com/hybridlimit/hybridlimit/envoyrls/config"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/metrics"
+)
+
+// rlsSettings are the rls command's settings. Each flag's default comes from
+// the environment variable envoyproxy/ratelimit reads for the same setting
+// (docs/envoy.md maps them), so a deployment migrates with its environment.
+type rlsSettings struct {
+	grpcAddr, grpcUDS, adminAddr string
+	configDir                    string
+	mergeDomains                 bool
+
+	redisURL, redisType, redisSocket, redisAuth, redisSentinelAuth string
+	redisTLS, redisTLSSkipVerify                                   bool
+	redisTLSCA, redisTLSCert, redisTLSKey                          string
+	redisPool                                                      int
+	redisTimeout                                                   time.Duration
+	prefix                                                         string
+
+	mode                          hybrid.Mode
+	fallback                      hybrid.Fallback
+	syncInterval, decisionTimeout time.Duration
+	fleetSize                     int
+
+	shadowMode, quotaMode, headers bool
+	headerNames                    envoyrls.Headers
+	nearLimitRatio                 float64
+
+	logLevel, logFormat     string
+	maxConnAge, maxConnDrop time.Duration
+	drain                   time.Duration
+}
+
+// env reads the environment for flag defaults, collecting what it cannot
+// parse.
+type env struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (e *env) str(name, def string) string {
+	if v, ok := e.lookup(name); ok {
+		return v
+	}
+	return def
+}
+
+func (e *env) boolean(name string, def bool) bool {
+	v, ok := e.lookup(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want true or false", name, v))
+	}
+	return b
+}
+
+func (e *env) integer(name string, def int) int {
+	v, ok := e.lookup(name)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want an integer", name, v))
+	}
+	return n
+}
+
+func (e *env) float(name string, def float64) float64 {
+	v, ok := e.lookup(name)
+	if !ok || v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want a number", name, v))
+	}
+	return f
+}
+
+func (e *env) duration(name string, def time.Duration) time.Duration {
+	v, ok := e.lookup(name)
+	if !ok || v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want a duration such as 10s", name, v))
+	}
+	return d
+}
+
+// hostPort joins the host and port variables name_HOST and name_PORT.
+func (e *env) hostPort(prefix, defHost string, defPort int) string {
+	return net.JoinHostPort(e.str(prefix+"HOST", defHost), strconv.Itoa(e.integer(prefix+"PORT", defPort)))
+}
+
+// parseRLSFlags reads the rls command's flags, with defaults from lookup
+// (the environment).
+func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bool)) (*rlsSettings, error) {
+	e := &env{lookup: lookup}
+	s := &rlsSettings{}
+	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&s.grpcAddr, "grpc", e.hostPort("GRPC_", "0.0.0.0", 8081), "where the rate limit service listens for gRPC (env GRPC_HOST, GRPC_PORT)")
+	fs.StringVar(&s.grpcUDS, "grpc-uds", e.str("GRPC_UDS", ""), "a unix socket to listen on instead of -grpc (env GRPC_UDS)")
+	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "0.0.0.0", 8080), "where /metrics, /healthz (/healthcheck) and /rlconfig are served over HTTP; empty for none (env HOST, PORT)")
+	runtimeDir := filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"), e.str("RUNTIME_SUBDIRECTORY", ""), e.str("RUNTIME_APPDIRECTORY", "config"))
+	fs.StringVar(&s.configDir, "config", runtimeDir, "the directory of envoyproxy/ratelimit YAML files, reloaded on change (env RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
+	fs.BoolVar(&s.mergeDomains, "merge-domains", e.boolean("MERGE_DOMAIN_CONFIG", false), "let several files configure one domain (env MERGE_DOMAIN_CONFIG)")
+
+	fs.StringVar(&s.redisURL, "redis", e.str("REDIS_URL", ""), "the Redis: host:port, a unix socket path or redis:// URL; master,sentinel1,... for sentinel; host1:port,host2:port for cluster; empty: local only (env REDIS_URL)")
+	fs.StringVar(&s.redisType, "redis-type", strings.ToLower(e.str("REDIS_TYPE", "single")), "single, sentinel or cluster (env REDIS_TYPE)")
+	fs.StringVar(&s.redisSocket, "redis-socket-type", strings.ToLower(e.str("REDIS_SOCKET_TYPE", "")), "tcp or unix; empty: unix for a path, else tcp (env REDIS_SOCKET_TYPE)")
+	fs.StringVar(&s.redisAuth, "redis-auth", e.str("REDIS_AUTH", ""), "password, or user:password (env REDIS_AUTH)")
+	fs.StringVar(&s.redisSentinelAuth, "redis-sentinel-auth", e.str("REDIS_SENTINEL_AUTH", ""), "the sentinels' password (env REDIS_SENTINEL_AUTH)")
+	fs.BoolVar(&s.redisTLS, "redis-tls", e.boolean("REDIS_TLS", false), "connect to Redis over TLS (env REDIS_TLS)")
+	fs.StringVar(&s.redisTLSCA, "redis-tls-cacert", e.str("REDIS_TLS_CACERT", ""), "CA certificate file for Redis TLS (env REDIS_TLS_CACERT)")
+	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", e.str("REDIS_TLS_CLIENT_CERT", ""), "client certificate file for Redis TLS (env REDIS_TLS_CLIENT_CERT)")
+	fs.StringVar(&s.redisTLSKey, "redis-tls-key", e.str("REDIS_TLS_CLIENT_KEY", ""), "client key file for Redis TLS (env REDIS_TLS_CLIENT_KEY)")
+	fs.BoolVar(&s.redisTLSSkipVerify, "redis-tls-skip-hostname-verification", e.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false), "do not verify Redis's certificate (env REDIS_TLS_SKIP_HOSTNAME_VERIFICATION)")
+	fs.IntVar(&s.redisPool, "redis-pool-size", e.integer("REDIS_POOL_SIZE", 10), "Redis connections per node (env REDIS_POOL_SIZE)")
+	fs.DurationVar(&s.redisTimeout, "redis-timeout", e.duration("REDIS_TIMEOUT", time.Second), "dial, read and write timeout of the Redis client; no decision waits on it except in sync mode (env REDIS_TIMEOUT)")
+	fs.StringVar(&s.prefix, "prefix", e.str("CACHE_KEY_PREFIX", "rls:"), "starts every Redis key (env CACHE_KEY_PREFIX)")
+
+	s.mode = hybrid.Async
+	fs.Func("mode", "async (decide in memory, reconcile through Redis; the default), sync (decide in Redis) or local (no Redis) (env HYBRIDLIMIT_MODE)", func(v string) error {
+		m, err := parseMode(v)
+		s.mode = m
+		return err
+	})
+	if v, ok := lookup("HYBRIDLIMIT_MODE"); ok && v != "" {
+		m, err := parseMode(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("HYBRIDLIMIT_MODE: %w", err))
+		}
+		s.mode = m
+	}
+	fs.Func("fallback", "while Redis is down: conservative (the limit divided among the nodes; the default), fail-open or fail-closed (env HYBRIDLIMIT_FALLBACK)", func(v string) error {
+		f, err := parseFallback(v)
+		s.fallback = f
+		return err
+	})
+	if v, ok := lookup("HYBRIDLIMIT_FALLBACK"); ok && v != "" {
+		f, err := parseFallback(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("HYBRIDLIMIT_FALLBACK: %w", err))
+		}
+		s.fallback = f
+	}
+	fs.DurationVar(&s.syncInterval, "sync-interval", e.duration("HYBRIDLIMIT_SYNC_INTERVAL", hybrid.DefaultSyncInterval), "async mode: time between reconciliations with Redis (env HYBRIDLIMIT_SYNC_INTERVAL)")
+	fs.DurationVar(&s.decisionTimeout, "decision-timeout", e.duration("HYBRIDLIMIT_REDIS_TIMEOUT", hybrid.DefaultRedisTimeout), "sync mode: the longest a decision waits on Redis before deciding from memory (env HYBRIDLIMIT_REDIS_TIMEOUT)")
+	fs.IntVar(&s.fleetSize, "fleet-size", e.integer("HYBRIDLIMIT_FLEET_SIZE", 0), "instances sharing the limits, to divide them by while Redis is down; 0: as last seen in Redis (env HYBRIDLIMIT_FLEET_SIZE)")
+
+	fs.BoolVar(&s.shadowMode, "shadow-mode", e.boolean("SHADOW_MODE", false), "never answer OVER_LIMIT overall, while counting (env SHADOW_MODE)")
+	fs.BoolVar(&s.quotaMode, "quota-mode", e.boolean("QUOTA_MODE", false), "answer OK for every descriptor over its limit (env QUOTA_MODE)")
+	fs.BoolVar(&s.headers, "response-headers", e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false), "ask Envoy to add limit, remaining and reset headers (env LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.StringVar(&s.headerNames.Limit, "limit-header", e.str("LIMIT_LIMIT_HEADER", envoyrls.DefaultHeaders.Limit), "(env LIMIT_LIMIT_HEADER)")
+	fs.StringVar(&s.headerNames.Remaining, "remaining-header", e.str("LIMIT_REMAINING_HEADER", envoyrls.DefaultHeaders.Remaining), "(env LIMIT_REMAINING_HEADER)")
+	fs.StringVar(&s.headerNames.Reset, "reset-header", e.str("LIMIT_RESET_HEADER", envoyrls.DefaultHeaders.Reset), "(env LIMIT_RESET_HEADER)")
+	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", e.float("NEAR_LIMIT_RATIO", 0.8), "a check is near its limit past this fraction of it, for rate_limit_near_limit_total (env NEAR_LIMIT_RATIO)")
+
+	fs.StringVar(&s.logLevel, "log-level", strings.ToLower(e.str("LOG_LEVEL", "info")), "debug, info, warn or error (env LOG_LEVEL)")
+	fs.StringVar(&s.logFormat, "log-format", strings.ToLower(e.str("LOG_FORMAT", "text")), "text or json (env LOG_FORMAT)")
+	fs.DurationVar(&s.maxConnAge, "grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour), "close gRPC connections older than this, so clients re-resolve (env GRPC_MAX_CONNECTION_AGE)")
+	fs.DurationVar(&s.maxConnDrop, "grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour), "then force them closed after this (env GRPC_MAX_CONNECTION_AGE_GRACE)")
+	fs.DurationVar(&s.drain, "drain", 10*time.Second, "on SIGTERM, how long in-flight calls may finish before the server stops")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if len(e.errs) > 0 {
+		return nil, fmt.Errorf("rls: environment: %w", errors.Join(e.errs...))
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("rls: unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case s.nearLimitRatio <= 0 || s.nearLimitRatio > 1:
+		return nil, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio)
+	case s.drain <= 0:
+		return nil, fmt.Errorf("rls: -drain %v: want a positive duration", s.drain)
+	}
+	return s, nil
+}
+
+func parseMode(v string) (hybrid.Mode, error) {
+	switch strings.ToLower(v) {
+	case "async":
+		return hybrid.Async, nil
+	case "sync":
+		return hybrid.Sync, nil
+	case "local", "localonly", "local-only":
+		return hybrid.LocalOnly, nil
+	}
+	return hybrid.Async, fmt.Errorf("unknown mode %q (want async, sync or local)", v)
+}
+
+func parseFallback(v string) (hybrid.Fallback, error) {
+	switch strings.ToLower(v) {
+	case "conservative":
+		return hybrid.Conservative, nil
+	case "fail-open", "failopen", "open":
+		return hybrid.FailOpen, nil
+	case "fail-closed", "failclosed", "closed":
+		return hybrid.FailClosed, nil
+	}
+	return hybrid.Conservative, fmt.Errorf("unknown fallback %q (want conservative, fail-open or fail-closed)", v)
+}
+
+// logger returns the command's structured logger, on out.
+func (s *rlsSettings) logger(out io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	switch s.logLevel {
+	case "debug", "trace":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error", "fatal", "panic":
+		level = slog.LevelError
+	default:
+		return nil, fmt.Errorf("rls: -log-level %q: want debug, info, warn or error", s.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch s.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(out, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	}
+	return nil, fmt.Errorf("rls: -log-format %q: want text or json", s.logFormat)
+}
+
+// redisClient returns the client the settings name, nil for none.
+func (s *rlsSettings) redisClient() (redis.UniversalClient, error) {
+	if s.redisURL == "" {
+		return nil, nil
+	}
+	var tlsCfg *tls.Config
+	if s.redisTLS {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.redisTLSSkipVerify} // #nosec G402: the user's explicit choice
+		if s.redisTLSCA != "" {
+			pem, err := os.ReadFile(s.redisTLSCA)
+			if err != nil {
+				return nil, fmt.Errorf("rls: -redis-tls-cacert: %w", err)
+			}
+			tlsCfg.RootCAs = x509.NewCertPool()
+			if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("rls: -redis-tls-cacert %s: no PEM certificate in it", s.redisTLSCA)
+			}
+		}
+		if s.redisTLSCert != "" || s.redisTLSKey != "" {
+			cert, err := tls.LoadX509KeyPair(s.redisTLSCert, s.redisTLSKey)
+			if err != nil {
+				return nil, fmt.Errorf("rls: -redis-tls-cert/-redis-tls-key: %w", err)
+			}
+			tlsCfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	user, pass := "", s.redisAuth
+	if u, p, ok := strings.Cut(s.redisAuth, ":"); ok {
+		user, pass = u, p
+	}
+	t := s.redisTimeout
+	switch s.redisType {
+	case "single":
+		if strings.HasPrefix(s.redisURL, "redis://") || strings.HasPrefix(s.redisURL, "rediss://") || strings.HasPrefix(s.redisURL, "unix://") {
+			o, err := redis.ParseURL(s.redisURL)
+			if err != nil {
+				return nil, fmt.Errorf("rls: -redis %q: %w", s.redisURL, err)
+			}
+			o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled = s.redisPool, t, t, t, true
+			if tlsCfg != nil {
+				o.TLSConfig = tlsCfg
+			}
+			return redis.NewClient(o), nil
+		}
+		network := s.redisSocket
+		if network == "" {
+			network = "tcp"
+			if strings.HasPrefix(s.redisURL, "/") {
+				network = "unix"
+			}
+		}
+		if network != "tcp" && network != "unix" {
+			return nil, fmt.Errorf("rls: -redis-socket-type %q: want tcp or unix", s.redisSocket)
+		}
+		return redis.NewClient(&redis.Options{Network: network, Addr: s.redisURL, Username: user, Password: pass, TLSConfig: tlsCfg,
+			PoolSize: s.redisPool, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}), nil
+	case "sentinel":
+		parts := strings.Split(s.redisURL, ",")
+		if len(parts) < 2 {
+			return nil, fmt.Errorf("rls: -redis %q: a sentinel setup is written master-name,sentinel1:port,...", s.redisURL)
+		}
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: parts[0], SentinelAddrs: parts[1:], SentinelPassword: s.redisSentinelAuth,
+			Username: user, Password: pass, TLSConfig: tlsCfg, PoolSize: s.redisPool, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}), nil
+	case "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(s.redisURL, ","), Username: user, Password: pass, TLSConfig: tlsCfg,
+			PoolSize: s.redisPool, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}), nil
+	}
+	return nil, fmt.Errorf("rls: -redis-type %q: want single, sentinel or cluster", s.redisType)
+}
+
+// runRLS serves Envoy's rate limit service (RLS v3 over gRPC) from the
+// limiter, with envoyproxy/ratelimit's configuration directory, until ctx
+// ends (SIGINT, SIGTERM); then it turns its health to NOT_SERVING, lets
+// calls in flight finish, and reports what was spent. SIGHUP reloads the
+// configuration at once.
+func runRLS(ctx context.Context, args []string, out io.Writer) error {
+	s, err := parseRLSFlags(args, out, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	log, err := s.logger(out)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var cm *envoyrls.ConfigMetrics
+	watcher, err := config.Watch(ctx, s.configDir, config.WatchOptions{
+		DirOptions: config.DirOptions{Options: config.Options{MergeDomains: s.mergeDomains}},
+		OnChange: func(c *config.Config) {
+			cm.OnChange(c)
+			log.Info("rls: configuration reloaded", "dir", s.configDir, "rules", c.Len(), "domains", c.Domains())
+		},
+		OnError: func(err error) {
+			cm.OnError(err)
+			log.Error("rls: configuration not reloaded: keeping the one in force", "dir", s.configDir, "err", err)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("rls: %w", err)
+	}
+	defer watcher.Close()
+	if cm, err = envoyrls.NewConfigMetrics(reg, "", watcher.Current()); err != nil {
+		return err
+	}
+	near := 1 - s.nearLimitRatio // their ratio is of the limit used; ours of the limit left
+	if near == 0 {
+		near = -1 // a ratio of 1: nothing is ever near
+	}
+	rec, err := metrics.New(reg, metrics.Options{NearLimit: near})
+	if err != nil {
+		return err
+	}
+	client, err := s.redisClient()
+	if err != nil {
+		return err
+	}
+	if client != nil {
+		defer client.Close()
+	} else if s.mode != hybrid.LocalOnly {
+		log.Warn("rls: no Redis (-redis, REDIS_URL): each instance limits on its own")
+	}
+	lim, err := hybrid.New(hybrid.Config{
+		Redis: client, Prefix: s.prefix, Mode: s.mode, Fallback: s.fallback, SyncInterval: s.syncInterval,
+		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, StartDegraded: true, Logger: log, OnRound: rec.ObserveRound,
+	})
+	if err != nil {
+		return err
+	}
+	closeLimiter := func() error {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return lim.Close(c)
+	}
+	if err := rec.Watch(lim); err != nil {
+		_ = closeLimiter()
+		return err
+	}
+	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode}
+	if s.headers {
+		scfg.Headers = s.headerNames
+	}
+	svc, err := envoyrls.New(scfg)
+	if err != nil {
+		_ = closeLimiter()
+		return err
+	}
+	grpcSrv, hs := envoyrls.NewServer(svc, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: s.maxConnAge, MaxConnectionAgeGrace: s.maxConnDrop}))
+	var ln net.Listener
+	if s.grpcUDS != "" {
+		ln, err = net.Listen("unix", s.grpcUDS)
+	} else {
+		ln, err = net.Listen("tcp", s.grpcAddr)
+	}
+	if err != nil {
+		_ = closeLimiter()
+		return fmt.Errorf("rls: gRPC listener: %w", err)
+	}
+	var draining atomic.Bool
+	var adminSrv *http.Server
+	adminURL := "none"
+	if s.adminAddr != "" {
+		h, err := envoyrls.AdminHandler(envoyrls.AdminConfig{Gatherer: reg, Limiter: lim, Rules: watcher.Current, Draining: draining.Load})
+		if err != nil {
+			_ = ln.Close()
+			_ = closeLimiter()
+			return err
+		}
+		aln, err := net.Listen("tcp", s.adminAddr)
+		if err != nil {
+			_ = ln.Close()
+			_ = closeLimiter()
+			return fmt.Errorf("rls: admin listener: %w", err)
+		}
+		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		adminURL = "http://" + aln.Addr().String()
+		go func() { _ = adminSrv.Serve(aln) }()
+	}
+	cfg := watcher.Current()
+	fmt.Fprintf(out, "rls listening on grpc %s, admin %s (%s mode; %d rules in %d domains from %s)\n",
+		ln.Addr(), adminURL, lim.Mode(), cfg.Len(), len(cfg.Domains()), watcher.Dir())
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	served := make(chan error, 1)
+	go func() { served <- grpcSrv.Serve(ln) }()
+	for done := false; !done; {
+		select {
+		case err = <-served:
+			done = true
+		case <-hup:
+			if rerr := watcher.Reload(); rerr != nil {
+				cm.OnError(rerr)
+				log.Error("rls: configuration not reloaded: keeping the one in force", "dir", s.configDir, "err", rerr)
+			}
+		case <-ctx.Done():
+			log.Info("rls: shutting down: draining calls in flight", "drain", s.drain)
+			draining.Store(true)
+			hs.Shutdown() // probes see NOT_SERVING while calls drain
+			stopped := make(chan struct{})
+			go func() { grpcSrv.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(s.drain):
+				grpcSrv.Stop()
+				<-stopped
+			}
+			err = <-served
+			done = true
+		}
+	}
+	if adminSrv != nil {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = adminSrv.Shutdown(c)
+		cancel()
+	}
+	if cerr := closeLimiter(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("rls: reporting the last spend to Redis: %w", cerr))
+	}
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}

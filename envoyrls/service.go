@@ -1,0 +1,423 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hybridlimit/hybridlimit/envoyrls/config"
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/middleware"
+)
+
+// Headers names the response headers the service asks Envoy to add, with
+// the limit, the remaining requests and the seconds until the window resets
+// of the descriptor closest to its limit (envoyproxy/ratelimit's
+// LIMIT_RESPONSE_HEADERS_ENABLED). The zero value adds none.
+type Headers struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaders are envoyproxy/ratelimit's default header names.
+var DefaultHeaders = Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+
+// Config configures a Service. Limiter and Rules are required; the zero
+// value of every other field is the default.
+type Config struct {
+	// Limiter decides every descriptor. The service never closes it.
+	Limiter *hybrid.Limiter
+	// Rules returns the configuration in force; it is called once per
+	// request, so a reload takes effect between two requests, never within
+	// one. config.Watcher.Current fits.
+	Rules func() *config.Config
+	// Observer is told of each descriptor's decision and of each request
+	// (metrics.Recorder fits): the check's rule label is the rule's metric
+	// name, the request's client is the limited descriptor. Nil means
+	// none.
+	Observer middleware.Observer
+	// Logger receives the requests the service refuses, at debug level.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+	// ShadowMode never answers OVER_LIMIT overall, while deciding and
+	// counting as usual (envoyproxy/ratelimit's SHADOW_MODE).
+	ShadowMode bool
+	// QuotaMode answers OK for every descriptor over its limit, as if each
+	// rule had quota_mode (envoyproxy/ratelimit's QUOTA_MODE).
+	QuotaMode bool
+	// Headers, when set, are added to every response that matched a limit.
+	Headers Headers
+}
+
+// Service answers RLS v3's ShouldRateLimit. Make one with New. It is safe
+// for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim   *hybrid.Limiter
+	rules func() *config.Config
+	obs   middleware.Observer
+	log   *slog.Logger
+	cfg   Config
+}
+
+// New returns a Service configured by cfg.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Limiter == nil:
+		return nil, errors.New("envoyrls: nil limiter")
+	case cfg.Rules == nil:
+		return nil, errors.New("envoyrls: nil rules")
+	case cfg.Rules() == nil:
+		return nil, errors.New("envoyrls: no configuration loaded (Rules returned nil)")
+	}
+	h := cfg.Headers
+	if (h.Limit == "" || h.Remaining == "" || h.Reset == "") && h != (Headers{}) {
+		return nil, fmt.Errorf("envoyrls: headers need all three names, got limit %q, remaining %q, reset %q", h.Limit, h.Remaining, h.Reset)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{lim: cfg.Limiter, rules: cfg.Rules, obs: cfg.Observer, log: log, cfg: cfg}, nil
+}
+
+// verdict is the decision on one descriptor.
+type verdict struct {
+	rule    *config.Rule
+	metric  string
+	counter string
+	hits    uint64
+	st      *rlsv3.RateLimitResponse_DescriptorStatus
+	over    bool // over its limit (whatever shadow or quota mode answer)
+}
+
+// ShouldRateLimit decides every descriptor of req and answers with the
+// overall code (OVER_LIMIT when any descriptor outside shadow and quota
+// mode is over its limit) and one status per descriptor, in order.
+//
+// It returns an InvalidArgument error for an empty domain, no
+// descriptors, a descriptor carrying a limit of unknown unit, or one whose
+// counter name exceeds the limiter's key length (limit.MaxKeyLen); and
+// Unavailable once the limiter is closed. Redis trouble is never an error:
+// the limiter decides from memory.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, limitedBy, client, err := s.decide(ctx, req)
+	if s.obs != nil {
+		ev := middleware.RequestEvent{Outcome: middleware.Passed, Latency: time.Since(start)}
+		switch {
+		case err != nil:
+			ev.Outcome = middleware.Failed
+		case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+			ev.Outcome, ev.Rule, ev.Client = middleware.Limited, limitedBy, client
+		case limitedBy != "":
+			ev.Outcome, ev.Rule = middleware.ShadowLimited, limitedBy
+		}
+		s.obs.ObserveRequest(ev)
+	}
+	if err != nil {
+		s.log.Debug("envoyrls: request refused", "domain", req.GetDomain(), "err", err)
+		return nil, err
+	}
+	return resp, nil
+}
+
+// decide is ShouldRateLimit's work. It returns the metric name of the first
+// rule over its limit, and the descriptor that was, if any.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, limitedBy, client string, err error) {
+	if req.GetDomain() == "" {
+		return nil, "", "", status.Error(codes.InvalidArgument, "envoyrls: rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, "", "", status.Error(codes.InvalidArgument, "envoyrls: rate limit descriptor list must not be empty")
+	}
+	cfg := s.rules()
+	vs := make([]verdict, len(descs))
+	var replaced map[string]bool
+	var entries []config.Entry
+	for i, d := range descs {
+		entries = entries[:0]
+		for _, e := range d.GetEntries() {
+			entries = append(entries, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		v := &vs[i]
+		v.hits = hitsOf(req, d)
+		if o := d.GetLimit(); o != nil {
+			unit := config.Unit(o.GetUnit())
+			if !unit.Valid() {
+				return nil, "", "", status.Errorf(codes.InvalidArgument, "envoyrls: descriptor %d carries a limit of unknown unit %v", i, o.GetUnit())
+			}
+			v.rule = overrideRule(req.GetDomain(), entries, o.GetRequestsPerUnit(), unit)
+			v.metric, v.counter = v.rule.Key, config.CounterKey(req.GetDomain(), entries)
+			continue
+		}
+		m, ok := cfg.Lookup(req.GetDomain(), entries)
+		if !ok {
+			continue
+		}
+		v.rule, v.metric, v.counter = m.Rule, m.Metric, m.Counter
+		for _, r := range m.Rule.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+	}
+	resp = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	now := s.lim.Now()
+	var closest *rlsv3.RateLimitResponse_DescriptorStatus // for the headers
+	closestRemaining := uint32(math.MaxUint32)
+	for i := range vs {
+		v := &vs[i]
+		if v.rule != nil && !v.rule.Unlimited && v.rule.Name != "" && replaced[v.rule.Name] {
+			v.rule = nil
+		}
+		switch {
+		case v.rule == nil:
+			v.st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		case v.rule.Unlimited:
+			v.st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		default:
+			if err := s.limit(ctx, v, now); err != nil {
+				return nil, "", "", err
+			}
+		}
+		st := v.st
+		if s.cfg.Headers != (Headers{}) && st.CurrentLimit != nil && st.LimitRemaining < closestRemaining {
+			closest, closestRemaining = st, st.LimitRemaining
+		}
+		if !v.over {
+			continue
+		}
+		switch {
+		case s.cfg.QuotaMode || v.rule.QuotaMode:
+			// Reported, never enforced: OK, without a reset.
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit, LimitRemaining: st.LimitRemaining}
+			if limitedBy == "" {
+				limitedBy = v.metric
+			}
+			continue
+		case v.rule.ShadowMode:
+			st.Code = rlsv3.RateLimitResponse_OK
+			if limitedBy == "" {
+				limitedBy = v.metric
+			}
+		default:
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if client == "" {
+				limitedBy, client = v.metric, config.DescriptorKey(req.GetDomain(), entriesOf(descs[i]))
+			}
+			closest, closestRemaining = st, 0
+		}
+		resp.Statuses[i] = st
+	}
+	for i := range vs {
+		if resp.Statuses[i] == nil {
+			resp.Statuses[i] = vs[i].st
+		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.cfg.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		client = ""
+	}
+	if closest != nil {
+		h := s.cfg.Headers
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: h.Limit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: h.Remaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: h.Reset, Value: strconv.FormatInt(windowReset(config.Unit(closest.CurrentLimit.Unit), now).GetSeconds(), 10)},
+		}
+	}
+	return resp, limitedBy, client, nil
+}
+
+// hitsOf is how much a descriptor spends: its own hits_addend when set
+// (zero then checks without spending), else the request's, where zero
+// means one.
+func hitsOf(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) uint64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	return max(uint64(req.GetHitsAddend()), 1)
+}
+
+func entriesOf(d *commonv3.RateLimitDescriptor) []config.Entry {
+	es := make([]config.Entry, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		es[i] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return es
+}
+
+// overrideRule is the rule of a descriptor that carries its own limit:
+// envoyproxy/ratelimit's fixed window, never in shadow mode.
+func overrideRule(domain string, entries []config.Entry, rpu uint32, unit config.Unit) *config.Rule {
+	r := &config.Rule{Key: config.DescriptorKey(domain, entries), RequestsPerUnit: rpu, Unit: unit, EnvoyCounting: true}
+	if rpu > 0 {
+		r.Limit = limit.Limit{Rate: int64(rpu), Period: unit.Period(), Algorithm: limit.FixedWindow}
+	}
+	return r
+}
+
+// windowReset is envoyproxy/ratelimit's duration until reset: the whole
+// seconds until the unit's current window ends, counted on the limiter's
+// clock (Redis server time), from 1 to the unit's length.
+func windowReset(unit config.Unit, now time.Time) *durationpb.Duration {
+	secs := unit.Seconds()
+	if secs == 0 {
+		return nil
+	}
+	return &durationpb.Duration{Seconds: secs - now.Unix()%secs}
+}
+
+// limit decides v, whose rule limits, into v.st and v.over.
+func (s *Service) limit(ctx context.Context, v *verdict, now time.Time) error {
+	r := v.rule
+	v.st = &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:         rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)},
+	}
+	start := time.Now()
+	var (
+		d   hybrid.Decision
+		err error
+	)
+	if r.EnvoyCounting {
+		d, err = s.envoyCount(ctx, v)
+		v.st.DurationUntilReset = windowReset(r.Unit, now)
+	} else {
+		// Denied: how long until the request would pass (what a client
+		// retries after); admitted: how long until the key is fresh again.
+		d, err = s.algorithm(ctx, v)
+		if reset := d.ResetAfter; d.Allowed && reset > 0 {
+			v.st.DurationUntilReset = durationpb.New(reset)
+		} else if !d.Allowed && d.RetryAfter > 0 {
+			v.st.DurationUntilReset = durationpb.New(d.RetryAfter)
+		}
+	}
+	if err != nil {
+		return decisionError(err)
+	}
+	v.over = !d.Allowed
+	if v.over {
+		v.st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	} else {
+		v.st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
+	}
+	if s.obs != nil {
+		s.obs.ObserveCheck(middleware.CheckEvent{Rule: v.metric, Decision: d, Shadow: r.ShadowMode || r.QuotaMode || s.cfg.QuotaMode, Latency: time.Since(start)})
+	}
+	return nil
+}
+
+// decisionError turns a limiter's error into the gRPC status Envoy sees.
+func decisionError(err error) error {
+	if errors.Is(err, hybrid.ErrClosed) {
+		return status.Error(codes.Unavailable, "envoyrls: the limiter is closed (shutting down)")
+	}
+	return status.Errorf(codes.InvalidArgument, "envoyrls: %v", err)
+}
+
+// The limiter's key of a rule's count: the descriptor's counter, then the
+// unit (and algorithm), so that one descriptor limited per second and per
+// minute counts apart, as in envoyproxy/ratelimit.
+func counterKey(v *verdict) string {
+	r := v.rule
+	if r.EnvoyCounting {
+		return v.counter + "@" + r.Unit.String()
+	}
+	return v.counter + "@" + r.Unit.String() + "/" + r.Limit.Algorithm.String()
+}
+
+// overKey marks a count that went over its limit in the current window.
+func overKey(counter string) string { return counter + "!over" }
+
+// envoyCount decides a rule without an algorithm as envoyproxy/ratelimit
+// does: a counter per window to which every request adds its hits, admitted
+// or not, and a request admitted when the counter after it is within the
+// limit. The limiter's fixed window admits a request only when it fits and
+// never counts past the limit, so a denied request spends what remains of
+// the window (no later request fits either, as none would there), and marks
+// the window as gone over, which is what a check of zero hits sees there.
+func (s *Service) envoyCount(ctx context.Context, v *verdict) (hybrid.Decision, error) {
+	r := v.rule
+	key := counterKey(v)
+	mark := limit.Limit{Rate: 1, Period: r.Unit.Period(), Algorithm: limit.FixedWindow}
+	if v.hits == 0 { // a check: over once the counter went past the limit
+		m, err := s.lim.AllowN(ctx, overKey(key), mark, 0)
+		if err != nil {
+			return m, err
+		}
+		if m.Remaining == 0 {
+			m.Allowed, m.Result.Limit = false, r.Limit
+			return m, nil
+		}
+		if r.Limit.Rate == 0 {
+			m.Remaining, m.Result.Limit = 0, r.Limit
+			return m, nil
+		}
+		return s.lim.AllowN(ctx, key, r.Limit, 0)
+	}
+	var d hybrid.Decision
+	var err error
+	if r.Limit.Rate > 0 {
+		if v.hits <= uint64(r.Limit.Rate) {
+			d, err = s.lim.AllowN(ctx, key, r.Limit, int64(v.hits))
+		} else {
+			d, err = s.lim.AllowN(ctx, key, r.Limit, 0)
+			d.Allowed = false
+		}
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		// Spend what remains: the window is over its limit. In memory a
+		// share of the limit may refuse the whole remainder; a few halvings
+		// find what it takes.
+		for left, tries := d.Remaining, 0; left > 0 && tries < 8; tries++ {
+			e, err := s.lim.AllowN(ctx, key, r.Limit, left)
+			if err != nil {
+				return d, err
+			}
+			if e.Allowed {
+				left = e.Remaining
+				continue
+			}
+			left /= 2
+		}
+	}
+	m, err := s.lim.AllowN(ctx, overKey(key), mark, 1)
+	if err != nil {
+		return m, err
+	}
+	d.Source = m.Source
+	d.Allowed, d.Remaining, d.Result.Limit = false, 0, r.Limit
+	return d, nil
+}
+
+// algorithm decides a rule with an algorithm of its own: a denied request
+// spends nothing, and one heavier than the limit can ever admit is denied.
+func (s *Service) algorithm(ctx context.Context, v *verdict) (hybrid.Decision, error) {
+	r := v.rule
+	if r.Limit.Rate == 0 {
+		return hybrid.Decision{Result: limit.Result{Limit: r.Limit}}, nil
+	}
+	key := counterKey(v)
+	if v.hits > uint64(r.Limit.Capacity()) {
+		d, err := s.lim.AllowN(ctx, key, r.Limit, 0)
+		d.Allowed = false
+		return d, err
+	}
+	return s.lim.AllowN(ctx, key, r.Limit, int64(v.hits))
+}
