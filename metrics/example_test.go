@@ -17,7 +17,9 @@ import (
 func Example() {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	rec, err := metrics.New(reg, metrics.Options{})
+	// Client labels are hashed: the same key on every node gives one client
+	// one label across the fleet (metrics.PlainClientLabel keeps them readable).
+	rec, err := metrics.New(reg, metrics.Options{ClientLabelKey: []byte("fleet secret")})
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +63,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// rate_limit_client_exceeded_total{client_id="user:42"} 1
+	// rate_limit_client_exceeded_total{client_id="user:e862fabc950ea3ec"} 1
 	// rate_limit_exceeded_total{rule="per_user"} 1
 	// rate_limit_keys_in_memory 1
 	// rate_limit_near_limit_total{rule="per_user"} 1

@@ -21,7 +21,7 @@ const (
 	labelResult = "result"
 	labelRule   = "rule"
 	labelSource = "source"
-	labelClient = "client_id" // the design notes' name, so their query works
+	labelClient = "client_id" // the name the common "top limited clients" query uses
 )
 
 // Values of the result label of rate_limit_requests_total, one per
@@ -222,7 +222,7 @@ func New(reg prometheus.Registerer, opts Options) (*Recorder, error) {
 			Namespace: ns, Name: "client_exceeded_total",
 			Help: fmt.Sprintf("Requests rejected with 429, by client, for the %d most recently limited clients only: a client's series is deleted when it falls out of them, so sums over client_id undercount exceeded_total.", opts.TopClients),
 		}, []string{labelClient})
-		r.clients, err = newTopClients(vec, opts.TopClients, opts.ClientLabel)
+		r.clients, err = newTopClients(vec, opts.TopClients, opts.ClientLabel, opts.ClientLabelKey)
 		if err != nil {
 			return nil, err
 		}
