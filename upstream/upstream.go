@@ -21,11 +21,12 @@
 //	502 {"error":"bad_gateway","message":"..."}                           the upstream could not be reached
 //	504 {"error":"gateway_timeout","message":"..."}                       it did not answer in time
 //	413 {"error":"request_too_large","message":"..."}                     the body is over Config.MaxBodyBytes
+//	408 {"error":"request_timeout","message":"..."}                       the client's body stopped coming
 //
 // What counts against the upstream: a failed connection, a timeout, a
 // failure status (Config.FailureStatus), a response body cut off by the
-// upstream. What does not: a client that goes away, a body over the limit,
-// any status the upstream chose to answer with that is not a failure
+// upstream. What does not: a client that goes away or sends its body too
+// slowly, a body over the limit, any status the upstream chose to answer with that is not a failure
 // status.
 package upstream
 
@@ -94,6 +95,9 @@ const (
 	CodeBadGateway  = "bad_gateway"
 	CodeTimeout     = "gateway_timeout"
 	CodeTooLarge    = "request_too_large"
+	// CodeClientTimeout is the 408's code: the client's body came too
+	// slowly, or not at all.
+	CodeClientTimeout = "request_timeout"
 )
 
 // Config configures a Proxy. Target is required; every other zero field
@@ -328,6 +332,17 @@ type exchange struct {
 	err      error // the transport's error, nil if none
 	bodyErr  error // an error reading the upstream's response body
 	answered bool  // the Proxy answered the client itself
+	// clientErr is an error reading the client's request body (too long,
+	// too slow, cut off), set from the transport's goroutine.
+	clientErr atomic.Pointer[error]
+}
+
+// clientFault returns the error reading the client's body, or nil.
+func (ex *exchange) clientFault() error {
+	if e := ex.clientErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 type exchangeKey struct{}
@@ -336,16 +351,18 @@ type exchangeKey struct{}
 // breaker is open, 413 for a body over the limit, 502 or 504 when the
 // upstream fails.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if limit := p.cfg.MaxBodyBytes; limit > 0 {
-		if r.ContentLength > limit {
-			p.tooLarge.Add(1)
-			w.Header().Set("Connection", "close") // the body is not read: do not reuse the connection
-			writeJSON(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("The request body is longer than %d bytes.", limit), 0)
-			return
-		}
-		if r.Body != nil && r.Body != http.NoBody {
+	if limit := p.cfg.MaxBodyBytes; limit > 0 && r.ContentLength > limit {
+		p.tooLarge.Add(1)
+		w.Header().Set("Connection", "close") // the body is not read: do not reuse the connection
+		writeJSON(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("The request body is longer than %d bytes.", limit), 0)
+		return
+	}
+	ex := &exchange{}
+	if r.Body != nil && r.Body != http.NoBody {
+		if limit := p.cfg.MaxBodyBytes; limit > 0 {
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 		}
+		r.Body = &clientBody{ReadCloser: r.Body, ex: ex}
 	}
 	done, err := p.cb.Allow()
 	p.flush()
@@ -359,7 +376,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forwarded.Add(1)
-	ex := &exchange{}
 	ctx := context.WithValue(r.Context(), exchangeKey{}, ex)
 	cancel := context.CancelFunc(func() {})
 	if p.cfg.Timeout > 0 {
@@ -385,10 +401,9 @@ func (p *Proxy) verdict(r *http.Request, ctx context.Context, ex *exchange, abor
 	var fail error
 	switch {
 	case ex.err != nil:
-		var tooLarge *http.MaxBytesError
 		switch {
-		case errors.As(ex.err, &tooLarge):
-			return errExcluded
+		case ex.clientFault() != nil:
+			return errExcluded // the client's body failed: too long, too slow, cut off
 		case clientGone:
 			return errExcluded
 		case timedOut || isTimeout(ex.err):
@@ -440,11 +455,35 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.As(err, &tooLarge):
 		p.tooLarge.Add(1)
 		writeJSON(w, http.StatusRequestEntityTooLarge, CodeTooLarge, fmt.Sprintf("The request body is longer than %d bytes.", tooLarge.Limit), 0)
+	case isClientFault(r):
+		// The client sent its body too slowly (the server's ReadTimeout)
+		// or broke off: it is probably gone, but answer in case it is not.
+		writeJSON(w, http.StatusRequestTimeout, CodeClientTimeout, "The request body did not arrive in time.", 0)
 	case errors.Is(r.Context().Err(), context.DeadlineExceeded) || isTimeout(err):
 		writeJSON(w, http.StatusGatewayTimeout, CodeTimeout, "The upstream service did not answer in time.", 0)
 	default:
 		writeJSON(w, http.StatusBadGateway, CodeBadGateway, "The upstream service could not be reached.", 0)
 	}
+}
+
+// isClientFault reports whether reading r's body failed.
+func isClientFault(r *http.Request) bool {
+	ex, ok := r.Context().Value(exchangeKey{}).(*exchange)
+	return ok && ex.clientFault() != nil
+}
+
+// clientBody records an error reading the client's request body.
+type clientBody struct {
+	io.ReadCloser
+	ex *exchange
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.ex.clientErr.CompareAndSwap(nil, &err)
+	}
+	return n, err
 }
 
 // isTimeout reports a network timeout (a dial, a response header wait).

@@ -480,3 +480,34 @@ func TestWriteJSON(t *testing.T) {
 		assert.Equal(t, tc.hasRetry, strings.Contains(w.Body.String(), "retry_after"))
 	}
 }
+
+// A client that sends its body too slowly (a slowloris on the body) is cut
+// off by the server's ReadTimeout; that is the client's doing, and the
+// breaker does not count it against the upstream.
+func TestSlowClientBodyIsNotTheUpstreamsFault(t *testing.T) {
+	var read atomic.Int64
+	hs := newHarness(t, Config{Failures: 1}, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		read.Add(n)
+	})
+	slow := httptest.NewUnstartedServer(hs.proxy)
+	slow.Config.ReadTimeout = 200 * time.Millisecond
+	slow.Start()
+	defer slow.Close()
+
+	conn, err := net.Dial("tcp", slow.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(hang)))
+	got, err := io.ReadAll(conn) // the rest of the body never comes
+	require.NoError(t, err, "the server closed the connection, rather than the test's deadline passing")
+	if len(got) > 0 {
+		assert.Contains(t, string(got), "408 Request Timeout")
+	}
+	require.Eventually(t, func() bool { return hs.proxy.Stats().Forwarded == 1 }, hang, 5*time.Millisecond)
+	assert.Zero(t, hs.proxy.Stats().Failures)
+	assert.Equal(t, Closed, hs.proxy.State())
+	assert.LessOrEqual(t, read.Load(), int64(10))
+}
