@@ -7,7 +7,7 @@
 //     middleware.Observer (every check and every request the middleware
 //     handles: results by rule and by source, check latency, near-limit
 //     checks, the most limited clients), and its ObserveRound method is a
-//     reconcile.Config.OnRound hook (the duration and size of every sync
+//     hybrid.Config.OnRound hook (the duration and size of every sync
 //     round).
 //   - A limiter collector (NewLimiterCollector, or Recorder.Watch) reads
 //     hybrid.Limiter.Stats at scrape time: breaker state and transitions,
@@ -19,7 +19,7 @@
 //	reg := prometheus.NewRegistry()
 //	rec, err := metrics.New(reg, metrics.Options{})
 //	...
-//	lim, err := hybrid.New(hybrid.Config{Redis: rdb})
+//	lim, err := hybrid.New(hybrid.Config{Redis: rdb, OnRound: rec.ObserveRound})
 //	...
 //	if err := rec.Watch(lim); err != nil { ... }
 //	// pass rec to the middleware as its Observer

@@ -114,7 +114,7 @@ func outcomeName(o middleware.Outcome) string {
 
 // Recorder records what the middleware and the reconciler do as Prometheus
 // metrics. It implements middleware.Observer; ObserveRound is a
-// reconcile.Config.OnRound hook; Watch adds a limiter's own counters.
+// hybrid.Config.OnRound hook; Watch adds a limiter's own counters.
 //
 // Make one with New. A Recorder is itself a prometheus.Collector of its
 // event metrics, which New registers: reg.Unregister(rec) removes them.
@@ -319,8 +319,9 @@ func (r *Recorder) ObserveRequest(ev middleware.RequestEvent) {
 }
 
 // ObserveRound records one sync round in sync_round_duration_seconds and
-// sync_round_keys. It has the signature of reconcile.Config.OnRound: a
-// limiter calls it on its reconciler's goroutine after every round.
+// sync_round_keys. Pass it as hybrid.Config.OnRound (it has the signature
+// of reconcile.Config.OnRound too): the limiter calls it on its
+// reconciler's goroutine after every round, the first inside hybrid.New.
 func (r *Recorder) ObserveRound(info reconcile.RoundInfo) {
 	res := roundOK
 	switch {

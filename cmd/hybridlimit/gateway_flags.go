@@ -146,8 +146,8 @@ func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 	fs.DurationVar(&o.readTimeout, "read-timeout", defaultReadTimeout, "how long a client may take to send a whole request, body included (0: no limit)")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", defaultWriteTimeout, "how long a response may take, from the end of the request headers; above -upstream-timeout (0: no limit)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept (0: -read-timeout)")
-	fs.Var(&o.maxHeaderBytes, "max-header-bytes", "the largest request header block (default 64KiB)")
-	fs.Var(&o.maxBody, "max-body", "the largest request body; larger ones get 413 (default 10MiB; 0: no limit)")
+	fs.Var(&o.maxHeaderBytes, "max-header-bytes", "the largest request header block")
+	fs.Var(&o.maxBody, "max-body", "the largest request body; larger ones get 413 (0: no limit)")
 
 	fs.DurationVar(&o.dialTimeout, "upstream-dial-timeout", defaultDialTimeout, "how long connecting to the upstream may take (0: no limit)")
 	fs.DurationVar(&o.headerTimeout, "upstream-header-timeout", defaultHeaderTimeout, "how long the upstream may take to start its answer (0: no limit)")
