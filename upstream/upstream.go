@@ -154,8 +154,10 @@ type Config struct {
 	// is logged, outside every lock, on the goroutine of the request that
 	// caused it.
 	OnStateChange func(from, to State)
-	// Logger receives the transitions and the errors of failed requests.
-	// Nil means slog.Default().
+	// Logger receives the breaker's transitions and each failed request
+	// (a warning with the error, the method and the path; while the breaker
+	// is open nothing is forwarded, so nothing more fails). Nil means
+	// slog.Default().
 	Logger *slog.Logger
 
 	// Transport, if set, replaces the http.Transport the Proxy builds from
@@ -432,6 +434,7 @@ func (p *Proxy) verdict(r *http.Request, ctx context.Context, ex *exchange, abor
 	p.failures.Add(1)
 	msg := fail.Error()
 	p.lastFailure.Store(&msg)
+	p.cfg.Logger.Warn("upstream request failed", "upstream", p.cfg.Target.String(), "method", r.Method, "path", r.URL.Path, "err", msg)
 	return fail
 }
 

@@ -281,7 +281,7 @@ func TestGatewayCutsOffSlowAndIdleClients(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const clients = 50
+			const clients = 200 // as many as held a gateway without timeouts for 70 s
 			var wg sync.WaitGroup
 			errs := make(chan error, clients)
 			for range clients {
