@@ -68,3 +68,14 @@ func Example() {
 	// rate_limit_keys_in_memory 1
 	// rate_limit_near_limit_total{rule="per_user"} 1
 }
+
+// The client_id label a Recorder with Options.ClientLabelKey gives a client
+// key: what to search the metrics for when a known client complains.
+func ExampleClientLabelOf() {
+	key := []byte("fleet secret") // from a secret every node shares
+	fmt.Println(metrics.ClientLabelOf(key, "ip:203.0.113.7"))
+	fmt.Println(metrics.ClientLabelOf(key, "user:42"))
+	// Output:
+	// ip:5d7ed0de44a3660d
+	// user:e862fabc950ea3ec
+}
