@@ -330,10 +330,9 @@ var errExcluded = errors.New("upstream: not the upstream's doing")
 // exchange is what one forwarded request found out, filled in by the
 // reverse proxy's hooks.
 type exchange struct {
-	status   int   // the upstream's status, 0 if none came
-	err      error // the transport's error, nil if none
-	bodyErr  error // an error reading the upstream's response body
-	answered bool  // the Proxy answered the client itself
+	status  int   // the upstream's status, 0 if none came
+	err     error // the transport's error, nil if none
+	bodyErr error // an error reading the upstream's response body
 	// clientErr is an error reading the client's request body (too long,
 	// too slow, cut off), set from the transport's goroutine.
 	clientErr atomic.Pointer[error]
@@ -451,7 +450,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 // the limit, 504 for a timeout, 502 otherwise.
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if ex, ok := r.Context().Value(exchangeKey{}).(*exchange); ok {
-		ex.err, ex.answered = err, true
+		ex.err = err
 	}
 	var tooLarge *http.MaxBytesError
 	switch {
