@@ -152,7 +152,7 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 		for _, r := range meeting {
 			ivs = append(ivs, r.interval.String())
 		}
-		fmt.Fprintf(out, "Every interval of %s meets both; the longest costs Redis least.\n", strings.Join(ivs, ", "))
+		fmt.Fprintf(out, "Intervals that meet both: %s; the longest costs Redis least.\n", strings.Join(ivs, ", "))
 	}
 	fmt.Fprintf(out, "Measured for one key at this load: Redis work grows with the keys in use, the error with the rate per key and the nodes.\n")
 	return nil
