@@ -76,7 +76,9 @@ func tryGateway(t *testing.T, args ...string) (*gateway, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &gateway{out: &lockedBuffer{}, cancel: cancel, done: make(chan error, 1)}
-	all := append([]string{"gateway", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)
+	// -redis= first: never a Redis from the environment ($REDIS_ADDR), only
+	// one the test started and names in args (a later flag wins).
+	all := append([]string{"gateway", "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-redis="}, args...)
 	go func() { g.done <- run(ctx, all, g.out) }()
 	deadline := time.After(hang)
 	for {
