@@ -385,7 +385,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		v := recover()
 		cancel()
-		done(p.verdict(r, ctx, ex, v != nil))
+		done(p.verdict(ctx, r, ex, v != nil))
 		p.flush()
 		if v != nil {
 			panic(v) // http.ErrAbortHandler: the response was cut off mid-body
@@ -395,8 +395,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // verdict is what the exchange tells the breaker: nil for a success, an
-// error for a failure (counted and remembered), errExcluded for neither.
-func (p *Proxy) verdict(r *http.Request, ctx context.Context, ex *exchange, aborted bool) error {
+// error for a failure (counted, logged and remembered), errExcluded for
+// neither. ctx is the exchange's (r's, with the Proxy's deadline).
+func (p *Proxy) verdict(ctx context.Context, r *http.Request, ex *exchange, aborted bool) error {
 	clientGone := r.Context().Err() != nil
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) && !clientGone
 	var fail error
