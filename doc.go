@@ -23,8 +23,11 @@
 //   - hybrid: the limiter a service uses, in Async, Sync or LocalOnly mode.
 //   - httpkey, rules, middleware, metrics: who a client is, which limits
 //     apply to it, net/http in front of the limiter, and Prometheus metrics.
+//   - upstream: a reverse proxy to one upstream with timeouts, a body limit
+//     and a circuit breaker, for the gateway.
 //
-// Start with package hybrid; cmd/hybridlimit shows it working (demo, tune,
-// chaos, gateway), and docs/ explains the accuracy model, the Redis side and
-// every measured number.
+// Start with package hybrid (Example_asyncWithRedis here shows it with a
+// Redis); cmd/hybridlimit shows it working (demo, tune, chaos, gateway,
+// lint), and docs/ explains the accuracy model, the Redis side, the gateway
+// and every measured number.
 package hybridlimit

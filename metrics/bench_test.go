@@ -80,21 +80,26 @@ func BenchmarkObserveRequest(b *testing.B) {
 			}
 		})
 	})
-	b.Run("limited, 100 clients held", func(b *testing.B) {
-		r, _ := newRecorder(b, Options{})
-		evs := make([]middleware.RequestEvent, DefaultTopClients)
-		for i := range evs {
-			evs[i] = middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:203.0.113.%d", i)}
-		}
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			i := 0
-			for pb.Next() {
-				r.ObserveRequest(evs[i%len(evs)])
-				i++
+	for _, labels := range []struct {
+		name string
+		opts Options
+	}{{"hashed labels (the default)", Options{}}, {"plain labels", Options{ClientLabel: PlainClientLabel}}} {
+		b.Run("limited, 100 clients held, "+labels.name, func(b *testing.B) {
+			r, _ := newRecorder(b, labels.opts)
+			evs := make([]middleware.RequestEvent, DefaultTopClients)
+			for i := range evs {
+				evs[i] = middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:203.0.113.%d", i)}
 			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					r.ObserveRequest(evs[i%len(evs)])
+					i++
+				}
+			})
 		})
-	})
+	}
 	b.Run("limited, clients churning", func(b *testing.B) {
 		// Every limited request a new client: each evicts the least recent
 		// and creates a series. The worst case, under a spread-out attack.

@@ -198,9 +198,13 @@ type dashboard struct {
 	Panels        []panel `json:"panels"`
 	Templating    struct {
 		List []struct {
-			Name  string `json:"name"`
-			Type  string `json:"type"`
-			Query string `json:"query"`
+			Name       string          `json:"name"`
+			Type       string          `json:"type"`
+			Query      json.RawMessage `json:"query"` // a string, or an object for a query variable
+			Definition string          `json:"definition"`
+			Datasource *datasource     `json:"datasource"`
+			IncludeAll bool            `json:"includeAll"`
+			AllValue   string          `json:"allValue"`
 		} `json:"list"`
 	} `json:"templating"`
 }
@@ -225,9 +229,9 @@ type datasource struct {
 }
 
 // TestDashboard reads docs/grafana-dashboard.json: proper JSON, a Prometheus
-// data source variable every panel uses, a sound layout, the design notes'
-// queries, and every query naming only metrics, labels and values this
-// package registers.
+// data source variable every panel uses, job and instance variables every
+// query filters on, a sound layout, the common rate-limit queries, and every
+// query naming only metrics, labels and values this package registers.
 func TestDashboard(t *testing.T) {
 	raw, err := os.ReadFile(dashboardPath)
 	require.NoError(t, err)
@@ -239,15 +243,28 @@ func TestDashboard(t *testing.T) {
 	assert.NotEmpty(t, d.UID)
 	assert.GreaterOrEqual(t, d.SchemaVersion, 36, "a recent schema")
 
-	hasVar := false
+	fams := registered(t)
+	vars := map[string]bool{}
 	for _, v := range d.Templating.List {
-		if v.Name == "datasource" && v.Type == "datasource" && v.Query == "prometheus" {
-			hasVar = true
+		switch v.Name {
+		case "datasource":
+			vars[v.Name] = v.Type == "datasource" && string(v.Query) == `"prometheus"`
+		case "job", "instance":
+			// Fleets sharing one Prometheus stay apart: every query filters
+			// on both, and "All" matches everything.
+			ok := v.Type == "query" && v.IncludeAll && v.AllValue == ".*" && v.Datasource != nil && v.Datasource.UID == "${datasource}"
+			m := regexp.MustCompile(`^label_values\((.+), ` + v.Name + `\)$`).FindStringSubmatch(v.Definition)
+			if assert.NotNil(t, m, "variable %s: %s", v.Name, v.Definition) {
+				_, errs := checkExpr(m[1], fams)
+				assert.Empty(t, errs, "variable %s queries a metric the package registers", v.Name)
+			}
+			vars[v.Name] = ok
 		}
 	}
-	require.True(t, hasVar, "a Prometheus data source variable named datasource")
+	for _, name := range []string{"datasource", "job", "instance"} {
+		assert.True(t, vars[name], "a proper %s variable", name)
+	}
 
-	fams := registered(t)
 	var exprs []string
 	ids := map[int]bool{}
 	var boxes []panel
@@ -292,6 +309,12 @@ func TestDashboard(t *testing.T) {
 
 	onDashboard := map[string]bool{}
 	for _, expr := range exprs {
+		for _, sel := range reSelector.FindAllStringSubmatch(reGrouping.ReplaceAllString(expr, " "), -1) {
+			if strings.HasPrefix(sel[1], "rate_limit_") {
+				assert.Contains(t, sel[2], `job=~"$job"`, "%s in %q", sel[1], expr)
+				assert.Contains(t, sel[2], `instance=~"$instance"`, "%s in %q", sel[1], expr)
+			}
+		}
 		used, errs := checkExpr(expr, fams)
 		for _, err := range errs {
 			t.Error(err)
@@ -301,11 +324,13 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
-	// The design notes' queries, with this package's names.
+	// The common rate-limit dashboard queries (docs/metrics.md), with this
+	// package's names and the dashboard's filters.
+	const f = `{job=~"$job", instance=~"$instance"}`
 	for _, want := range []string{
-		`sum(rate(rate_limit_exceeded_total[5m])) / sum(rate(rate_limit_requests_total[5m])) * 100`,
-		`topk(10, sum by (client_id) (rate(rate_limit_client_exceeded_total[1h])))`,
-		`histogram_quantile(0.99, sum by (le) (rate(rate_limit_check_duration_seconds_bucket[5m])))`,
+		`sum(rate(rate_limit_exceeded_total` + f + `[5m])) / sum(rate(rate_limit_requests_total` + f + `[5m])) * 100`,
+		`topk(10, sum by (client_id) (rate(rate_limit_client_exceeded_total` + f + `[1h])))`,
+		`histogram_quantile(0.99, sum by (le) (rate(rate_limit_check_duration_seconds_bucket` + f + `[5m])))`,
 	} {
 		assert.Contains(t, exprs, want)
 	}
@@ -319,8 +344,8 @@ func TestDashboard(t *testing.T) {
 }
 
 // TestDocs reads docs/metrics.md: every metric the package registers is
-// listed, every rate_limit_ name it mentions exists (but the design notes'
-// own, in the mapping table), and its PromQL (queries and alert rules)
+// listed, every rate_limit_ name it mentions exists (but the commonly used
+// names it maps from, in the mapping table), and its PromQL (queries and alert rules)
 // passes the dashboard's check.
 func TestDocs(t *testing.T) {
 	raw, err := os.ReadFile(docsPath)
@@ -330,9 +355,9 @@ func TestDocs(t *testing.T) {
 	for name := range fams {
 		assert.True(t, strings.Contains(doc, "`"+name+"`"), "docs/metrics.md does not list %s", name)
 	}
-	notes := []string{"rate_limit_latency_ms", "rate_limit_latency_bucket"}
+	common := []string{"rate_limit_latency_ms", "rate_limit_latency_bucket"}
 	for _, name := range regexp.MustCompile(`\brate_limit_[a-z_]+`).FindAllString(doc, -1) {
-		if slices.Contains(notes, name) {
+		if slices.Contains(common, name) {
 			continue
 		}
 		_, errs := checkExpr(name, fams)
@@ -367,7 +392,7 @@ func TestDocs(t *testing.T) {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, len(exprs), 10, "the notes' queries and the alerts")
+	require.GreaterOrEqual(t, len(exprs), 10, "the dashboard queries and the alerts")
 	for _, expr := range exprs {
 		_, errs := checkExpr(expr, fams)
 		for _, err := range errs {

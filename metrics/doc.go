@@ -7,7 +7,7 @@
 //     middleware.Observer (every check and every request the middleware
 //     handles: results by rule and by source, check latency, near-limit
 //     checks, the most limited clients), and its ObserveRound method is a
-//     reconcile.Config.OnRound hook (the duration and size of every sync
+//     hybrid.Config.OnRound hook (the duration and size of every sync
 //     round).
 //   - A limiter collector (NewLimiterCollector, or Recorder.Watch) reads
 //     hybrid.Limiter.Stats at scrape time: breaker state and transitions,
@@ -19,7 +19,7 @@
 //	reg := prometheus.NewRegistry()
 //	rec, err := metrics.New(reg, metrics.Options{})
 //	...
-//	lim, err := hybrid.New(hybrid.Config{Redis: rdb})
+//	lim, err := hybrid.New(hybrid.Config{Redis: rdb, OnRound: rec.ObserveRound})
 //	...
 //	if err := rec.Watch(lim); err != nil { ... }
 //	// pass rec to the middleware as its Observer
@@ -28,10 +28,11 @@
 // # Names
 //
 // Every name starts with Options.Namespace, "rate_limit" by default, so the
-// design notes' queries work as written: rate_limit_requests_total,
-// rate_limit_exceeded_total. Otherwise the names follow Prometheus
-// conventions: durations in seconds (rate_limit_check_duration_seconds, not
-// the notes' rate_limit_latency_ms), counters end in _total. docs/metrics.md
+// queries rate-limiting dashboards commonly use work as written:
+// rate_limit_requests_total, rate_limit_exceeded_total. Otherwise the names
+// follow Prometheus conventions: durations in seconds
+// (rate_limit_check_duration_seconds, not rate_limit_latency_ms), counters
+// end in _total. docs/metrics.md
 // lists every metric, its labels, and alerts; docs/grafana-dashboard.json is
 // a dashboard of them.
 //
@@ -44,6 +45,12 @@
 // held for at most Options.TopClients clients: a least-recently-limited
 // client is evicted, and its series deleted, when a new one arrives. No
 // label ever holds a limiter key.
+//
+// # Privacy
+//
+// client_id values are hashed by default (Options.ClientLabel,
+// Options.ClientLabelKey): client addresses and API keys never reach
+// Prometheus unless PlainClientLabel asks for them.
 //
 // # Several limiters
 //

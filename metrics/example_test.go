@@ -17,7 +17,9 @@ import (
 func Example() {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	rec, err := metrics.New(reg, metrics.Options{})
+	// Client labels are hashed: the same key on every node gives one client
+	// one label across the fleet (metrics.PlainClientLabel keeps them readable).
+	rec, err := metrics.New(reg, metrics.Options{ClientLabelKey: []byte("fleet secret")})
 	if err != nil {
 		panic(err)
 	}
@@ -61,8 +63,19 @@ func Example() {
 		}
 	}
 	// Output:
-	// rate_limit_client_exceeded_total{client_id="user:42"} 1
+	// rate_limit_client_exceeded_total{client_id="user:e862fabc950ea3ec"} 1
 	// rate_limit_exceeded_total{rule="per_user"} 1
 	// rate_limit_keys_in_memory 1
 	// rate_limit_near_limit_total{rule="per_user"} 1
+}
+
+// The client_id label a Recorder with Options.ClientLabelKey gives a client
+// key: what to search the metrics for when a known client complains.
+func ExampleClientLabelOf() {
+	key := []byte("fleet secret") // from a secret every node shares
+	fmt.Println(metrics.ClientLabelOf(key, "ip:203.0.113.7"))
+	fmt.Println(metrics.ClientLabelOf(key, "user:42"))
+	// Output:
+	// ip:5d7ed0de44a3660d
+	// user:e862fabc950ea3ec
 }

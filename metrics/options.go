@@ -9,8 +9,9 @@ import (
 
 // Defaults for Options' zero fields.
 const (
-	// DefaultNamespace starts every metric name, so that the names are the
-	// design notes' (rate_limit_requests_total, rate_limit_exceeded_total).
+	// DefaultNamespace starts every metric name: rate_limit_requests_total,
+	// rate_limit_exceeded_total, the names rate-limiting dashboards commonly
+	// query.
 	DefaultNamespace = "rate_limit"
 	// DefaultNearLimit: a check is near its limit when it leaves less than a
 	// tenth of the limit's capacity.
@@ -28,8 +29,9 @@ const OverflowRule = "_other"
 
 // DefaultLatencyBuckets returns the default upper bounds, in seconds, of the
 // check and request latency histograms: 100 ns to 50 ms. A decision in
-// memory takes about 100 ns and one in Redis about 100 µs; 5 ms, the design
-// notes' alert threshold for p99, is a bound, so the alert is exact.
+// memory takes well under a microsecond and one in Redis a round trip (tens
+// to hundreds of µs); 5 ms, a common alert threshold for the p99 of a
+// rate-limit check, is a bound, so that alert is exact.
 func DefaultLatencyBuckets() []float64 {
 	return []float64{
 		100e-9, 250e-9, 500e-9, // in memory
@@ -87,14 +89,28 @@ type Options struct {
 	// registered).
 	TopClients int
 
-	// ClientLabel, if set, maps the client key of a limited request to its
+	// ClientLabel maps the client key of a limited request to its
 	// client_id label value; "" leaves the request out of the per-client
-	// metric. Use it to drop secrets (an API key used as the client key) or
-	// to coarsen the identity (an IPv6 /64). Nil means the client key as it
-	// is: hash API keys at the source (httpkey.APIKeyConfig.Hash) if they
-	// must not reach Prometheus. It is called, on the request's goroutine,
-	// for every limited request.
+	// metric. It is called, on the request's goroutine, for every limited
+	// request.
+	//
+	// Nil means hashed labels: the key's source prefix and 16 hex digits
+	// of its HMAC-SHA256 under ClientLabelKey (client_id="ip:3fa29c0d81b2e4f7";
+	// ClientLabelOf computes one), so neither client addresses nor API keys
+	// reach Prometheus, and a client held in the metric costs no allocation.
+	// PlainClientLabel keeps the keys as they are, on request. A function
+	// of your own can coarsen the identity (an IPv6 /64) or drop some
+	// clients.
 	ClientLabel func(client string) string
+
+	// ClientLabelKey is the secret the default hashed labels are computed
+	// with. Give every node of a fleet the same key so that one client has
+	// one label across the fleet and across restarts, and so that an
+	// operator holding the key can find a known client's label. Nil means
+	// a random key drawn by New: labels are then stable only for the
+	// Recorder's life, and cannot be traced back to a client by anyone.
+	// Ignored when ClientLabel is set.
+	ClientLabelKey []byte
 
 	// MaxRules bounds the distinct rule label values: the first MaxRules
 	// rule names seen get their own series, any later one is counted under

@@ -21,7 +21,7 @@ const (
 	labelResult = "result"
 	labelRule   = "rule"
 	labelSource = "source"
-	labelClient = "client_id" // the design notes' name, so their query works
+	labelClient = "client_id" // the name the common "top limited clients" query uses
 )
 
 // Values of the result label of rate_limit_requests_total, one per
@@ -114,7 +114,7 @@ func outcomeName(o middleware.Outcome) string {
 
 // Recorder records what the middleware and the reconciler do as Prometheus
 // metrics. It implements middleware.Observer; ObserveRound is a
-// reconcile.Config.OnRound hook; Watch adds a limiter's own counters.
+// hybrid.Config.OnRound hook; Watch adds a limiter's own counters.
 //
 // Make one with New. A Recorder is itself a prometheus.Collector of its
 // event metrics, which New registers: reg.Unregister(rec) removes them.
@@ -222,7 +222,7 @@ func New(reg prometheus.Registerer, opts Options) (*Recorder, error) {
 			Namespace: ns, Name: "client_exceeded_total",
 			Help: fmt.Sprintf("Requests rejected with 429, by client, for the %d most recently limited clients only: a client's series is deleted when it falls out of them, so sums over client_id undercount exceeded_total.", opts.TopClients),
 		}, []string{labelClient})
-		r.clients, err = newTopClients(vec, opts.TopClients, opts.ClientLabel)
+		r.clients, err = newTopClients(vec, opts.TopClients, opts.ClientLabel, opts.ClientLabelKey)
 		if err != nil {
 			return nil, err
 		}
@@ -319,8 +319,9 @@ func (r *Recorder) ObserveRequest(ev middleware.RequestEvent) {
 }
 
 // ObserveRound records one sync round in sync_round_duration_seconds and
-// sync_round_keys. It has the signature of reconcile.Config.OnRound: a
-// limiter calls it on its reconciler's goroutine after every round.
+// sync_round_keys. Pass it as hybrid.Config.OnRound (it has the signature
+// of reconcile.Config.OnRound too): the limiter calls it on its
+// reconciler's goroutine after every round, the first inside hybrid.New.
 func (r *Recorder) ObserveRound(info reconcile.RoundInfo) {
 	res := roundOK
 	switch {

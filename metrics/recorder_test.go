@@ -1,15 +1,22 @@
 package metrics
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -217,7 +224,9 @@ func TestNearLimit(t *testing.T) {
 }
 
 func TestObserveRequest(t *testing.T) {
-	r, reg := newRecorder(t, smallBuckets)
+	opts := smallBuckets
+	opts.ClientLabel = PlainClientLabel
+	r, reg := newRecorder(t, opts)
 	for _, ev := range []middleware.RequestEvent{
 		{Outcome: middleware.Passed, Client: "a", Latency: 500 * time.Nanosecond},
 		{Outcome: middleware.Passed, Client: "b", Latency: 500 * time.Nanosecond},
@@ -319,7 +328,7 @@ func TestNothingExportedForUnusedHooks(t *testing.T) {
 func TestTopClientsAreBounded(t *testing.T) {
 	for _, n := range []int{1, 10, DefaultTopClients} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			opts := Options{TopClients: n}
+			opts := Options{TopClients: n, ClientLabel: PlainClientLabel}
 			if n == DefaultTopClients {
 				opts.TopClients = 0 // the default
 			}
@@ -341,7 +350,7 @@ func TestTopClientsAreBounded(t *testing.T) {
 }
 
 func TestTopClientsKeepsTheRecentlyLimited(t *testing.T) {
-	r, reg := newRecorder(t, Options{TopClients: 3})
+	r, reg := newRecorder(t, Options{TopClients: 3, ClientLabel: PlainClientLabel})
 	limited := func(client string) {
 		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: client})
 	}
@@ -514,4 +523,75 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 	assert.Equal(t, clients, gatherAndCount(t, reg, "rate_limit_client_exceeded_total"))
 	n, _ := value(t, reg, "rate_limit_check_duration_seconds", "source", "local")
 	assert.Equal(t, float64(observers*((events+2)/3)), n, "a third of the checks are local")
+}
+
+func TestClientLabelsAreHashedByDefault(t *testing.T) {
+	key := []byte("fleet secret")
+	r, reg := newRecorder(t, Options{ClientLabelKey: key})
+	clients := []string{"ip:203.0.113.7", "key:s3cret-api-key", "user:42", "ip:203.0.113.7|key:s3cret-api-key", "opaque"}
+	for _, c := range clients {
+		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: c})
+	}
+	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "ip:203.0.113.7"})
+
+	scrape := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(scrape, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, scrape.Code)
+	require.Contains(t, scrape.Body.String(), "rate_limit_client_exceeded_total{")
+	for _, secret := range []string{"203.0.113.7", "s3cret", "user:42", "opaque"} {
+		assert.NotContains(t, scrape.Body.String(), secret, "no client key in what Prometheus scrapes")
+	}
+	for _, tc := range []struct{ client, pattern string }{
+		{"ip:203.0.113.7", `^ip:[0-9a-f]{16}$`},
+		{"key:s3cret-api-key", `^key:[0-9a-f]{16}$`},
+		{"user:42", `^user:[0-9a-f]{16}$`},
+		{"ip:203.0.113.7|key:s3cret-api-key", `^ip\+key:[0-9a-f]{16}$`},
+		{"opaque", `^[0-9a-f]{16}$`},
+	} {
+		label := ClientLabelOf(key, tc.client)
+		assert.Regexp(t, tc.pattern, label, tc.client)
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(tc.client))
+		assert.True(t, strings.HasSuffix(label, hex.EncodeToString(mac.Sum(nil))[:16]), "%s: HMAC-SHA256 under the key, as openssl computes it", tc.client)
+		v, ok := value(t, reg, "rate_limit_client_exceeded_total", "client_id", label)
+		require.True(t, ok, "%s is counted under %s", tc.client, label)
+		if tc.client == "ip:203.0.113.7" {
+			assert.Equal(t, 2.0, v)
+		}
+	}
+}
+
+func TestClientLabelKeys(t *testing.T) {
+	labelOf := func(opts Options) string {
+		r, reg := newRecorder(t, opts)
+		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "ip:203.0.113.7"})
+		mfs := families(t, reg)
+		return mfs["rate_limit_client_exceeded_total"].GetMetric()[0].GetLabel()[0].GetValue()
+	}
+	shared := []byte("one key for the fleet")
+	assert.Equal(t, labelOf(Options{ClientLabelKey: shared}), labelOf(Options{ClientLabelKey: shared}), "one key: one label on every node")
+	assert.NotEqual(t, labelOf(Options{}), labelOf(Options{}), "no key: a random one per Recorder")
+	assert.NotEqual(t, ClientLabelOf([]byte("a"), "ip:203.0.113.7"), ClientLabelOf([]byte("b"), "ip:203.0.113.7"))
+	long := bytes.Repeat([]byte("k"), 100) // longer than SHA-256's block: hashed first, as HMAC does
+	mac := hmac.New(sha256.New, long)
+	mac.Write([]byte("ip:1.2.3.4"))
+	assert.Equal(t, "ip:"+hex.EncodeToString(mac.Sum(nil))[:16], ClientLabelOf(long, "ip:1.2.3.4"))
+	assert.Equal(t, "ip:203.0.113.7", labelOf(Options{ClientLabel: PlainClientLabel}), "plain text on request")
+}
+
+func TestAppendKind(t *testing.T) {
+	for client, want := range map[string]string{
+		"ip:203.0.113.7":                     "ip",
+		"ip:2001:db8::/64":                   "ip",
+		"keyhash:0123":                       "keyhash",
+		"ip:1.2.3.4|user:42|endpoint:GET /x": "ip+user+endpoint",
+		`ip:1.2.3.4|key:a\|b:c`:              "ip+key", // an escaped separator stays inside its part
+		"":                                   "",
+		"noprefix":                           "",
+		"Upper:x":                            "",
+		":x":                                 "",
+		"a:1|b:2|c:3|d:4|e:5|f:6|g:7|h:8|i:9|j:10|k:11|l:12|m:13": "", // too many kinds: none
+	} {
+		assert.Equal(t, want, string(appendKind(nil, client)), client)
+	}
 }

@@ -63,11 +63,11 @@
 //
 // # Evaluation
 //
-// Plan follows the design notes' order, extended by the per-client
-// dimensions: IP ban, then global, per_ip, per_user, tier, and endpoint (the
-// best matching endpoint rule, or the default rule). The cheapest and widest
-// check comes first, so a flood is turned away before it spends per-client
-// state. A banned request gets no checks.
+// Plan checks from the widest rule to the narrowest: IP ban, then global,
+// per_ip, per_user, tier, and endpoint (the best matching endpoint rule, or
+// the default rule). The cheapest and widest check comes first, so a flood
+// is turned away before it spends per-client state. A banned request gets
+// no checks.
 //
 // Endpoint matching: an exact path beats a subtree pattern ("/a/*"), a
 // longer subtree beats a shorter one, and for the same pattern path a

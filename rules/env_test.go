@@ -18,8 +18,8 @@ func (e env) lookup(name string) (string, bool) {
 	return v, ok
 }
 
-func TestFromEnvNotes(t *testing.T) {
-	// The design notes' example.
+func TestFromEnvExample(t *testing.T) {
+	// Every variable set, as a deployment sets them.
 	cfg, err := FromEnv(env{
 		EnvEnabled:   "true",
 		EnvAlgorithm: "sliding_window",

@@ -11,7 +11,7 @@ import (
 // plans. Without -fuzz it runs the seed corpus only.
 func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
-		notesYAML,
+		basicYAML,
 		fullYAML,
 		planYAML,
 		"",

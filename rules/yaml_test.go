@@ -15,8 +15,9 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
-// notesYAML is the rule configuration of the design notes, verbatim.
-const notesYAML = `rate_limits:
+// basicYAML is the three-part configuration most rate limiters document
+// (a default, endpoints, tiers), in the shape the rules file started from.
+const basicYAML = `rate_limits:
   # Global default
   default:
     requests: 100
@@ -90,8 +91,8 @@ const fullYAML = `rate_limits:
     reserve: 0.2
 `
 
-func TestParseNotesYAML(t *testing.T) {
-	cfg, err := Parse([]byte(notesYAML))
+func TestParseBasicYAML(t *testing.T) {
+	cfg, err := Parse([]byte(basicYAML))
 	require.NoError(t, err)
 
 	assert.False(t, cfg.Disabled)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +27,8 @@ func commands() []command {
 		{"chaos", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
 		{"gateway", "a reverse proxy with the limiter and a rules file in front of an upstream", runGateway},
 		{"rls", "Envoy's rate limit service (RLS v3 gRPC) with envoyproxy/ratelimit's config", runRLS},
+		{"lint", "check rules files as the gateway and the library load them, for CI", runLint},
+		{"version", "print the version, the commit and the Go version", runVersion},
 	}
 }
 
@@ -33,7 +37,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "hybridlimit:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -42,9 +46,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		usage(out)
 		return nil
 	}
+	if args[0] == "-version" || args[0] == "--version" {
+		args = []string{"version"}
+	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(ctx, args[1:], out)
+			if err := c.run(ctx, args[1:], out); !errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return nil // -h, -help: the usage was asked for, and printed
 		}
 	}
 	usage(out)

@@ -66,8 +66,11 @@ func TestTuneWritesTableAndPlot(t *testing.T) {
 	dir := t.TempDir()
 	table, plot := filepath.Join(dir, "tune.md"), filepath.Join(dir, "tune.png")
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-out", table, "-plot", plot, "-progress=false"}, &out)
+	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-out", table, "-plot", plot, "-progress=false",
+		"-target-error", "50", "-redis-budget", "1000000/s"}, &out)
 	require.NoError(t, err, out.String())
+	assert.Regexp(t, `Recommended: SyncInterval 50ms: error [-+]\d+\.\d\d% \(target ±50%\), \d+ Redis commands/s \(budget 1000000/s\)`, out.String(),
+		"a loose target and a large budget: the longest interval")
 	for _, setting := range []string{"| async 5ms |", "| async 50ms |", "| sync |", "| local only |"} {
 		assert.Contains(t, out.String(), setting)
 	}

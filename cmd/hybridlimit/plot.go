@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -18,15 +20,17 @@ import (
 
 // series is one line of a plot.
 type series struct {
-	name   string
+	name   string // "" keeps it out of the legend
 	points plotter.XYs
-	dashed bool
+	dashed bool // a reference line: grey unless color says otherwise
+	dotted bool // a target or a budget: red
+	color  int  // for a dashed line: a palette color (plotutil.Color) instead of grey; 0 is grey
 }
 
 // panel is one plot of a figure.
 type panel struct {
 	title, x, y string
-	logX        bool
+	logX, logY  bool
 	lines       []series
 }
 
@@ -77,6 +81,11 @@ func (pn panel) plot() (*plot.Plot, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
+	p.Y.Tick.Marker = readableTicks
+	if pn.logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
 	p.Add(plotter.NewGrid())
 	for j, s := range pn.lines {
 		l, err := plotter.NewLine(s.points)
@@ -85,13 +94,47 @@ func (pn panel) plot() (*plot.Plot, error) {
 		}
 		l.Color = plotutil.Color(j)
 		l.Width = vg.Points(1.5)
-		if s.dashed {
+		switch {
+		case s.dotted:
+			l.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
+			l.Color = color.RGBA{R: 200, A: 255}
+		case s.dashed:
 			l.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
 			l.Color = color.Gray{Y: 60}
+			if s.color > 0 {
+				l.Color = plotutil.Color(s.color)
+			}
 		}
 		p.Add(l)
-		p.Legend.Add(s.name, l)
+		if s.name != "" {
+			p.Legend.Add(s.name, l)
+		}
 	}
 	p.Legend.Top = true
 	return p, nil
+}
+
+// readableTicks are gonum's default ticks, labelled without trailing zeros
+// and with k and M for thousands and millions: "17.5k", not "17500.00".
+var readableTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = tickLabel(t.Value)
+		}
+	}
+	return ticks
+})
+
+// tickLabel writes v briefly: 0.25, 5, 750, 17.5k, 2M.
+func tickLabel(v float64) string {
+	suffix := ""
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		v, suffix = v/1e6, "M"
+	case a >= 1e4:
+		v, suffix = v/1e3, "k"
+	}
+	v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 6, 64), 64) // drop float noise: 0.30000000000000004
+	return strconv.FormatFloat(v, 'f', -1, 64) + suffix
 }

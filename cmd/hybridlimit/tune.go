@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,8 +54,14 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 	outFile := fs.String("out", "", "also write the table (Markdown) to this file")
 	plotFile := fs.String("plot", "tune.svg", "write the plot here (.svg or .png); empty for none")
 	progress := fs.Bool("progress", true, "show a progress bar on stderr")
+	target := fs.Float64("target-error", 1, "the largest error, in percent of the limit, the recommended interval may show")
+	var budget redisBudget
+	fs.Var(&budget, "redis-budget", "the most Redis load the recommended interval may cost: commands per second (2000/s) or CPU, percent of one core (5%); default none")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *target <= 0 || math.IsNaN(*target) {
+		return fmt.Errorf("tune: -target-error %v: want a positive percentage, such as 1", *target)
 	}
 	intervals, err := parseDurations(*intervalList)
 	if err != nil {
@@ -128,12 +137,142 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if *plotFile != "" {
-		if err := tunePlot(*plotFile, rows); err != nil {
+		if err := tunePlot(*plotFile, rows, *target, budget); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "\nPlot: %s\n", *plotFile)
 	}
+	best, meeting, err := recommend(rows, *target, budget)
+	if err != nil {
+		return withExit(exitFailure, err)
+	}
+	fmt.Fprintf(out, "\nRecommended: SyncInterval %v: error %+.2f%% (target ±%g%%), %s.\n", best.interval, rowError(best), *target, budget.describe(best))
+	if len(meeting) > 1 {
+		var ivs []string
+		for _, r := range meeting {
+			ivs = append(ivs, r.interval.String())
+		}
+		fmt.Fprintf(out, "Intervals that meet both: %s; the longest costs Redis least.\n", strings.Join(ivs, ", "))
+	}
+	fmt.Fprintf(out, "Measured for one key at this load: Redis work grows with the keys in use, the error with the rate per key and the nodes.\n")
 	return nil
+}
+
+// rowError is how far a setting's admissions were from the limit, in
+// percent: negative for fewer.
+func rowError(r tuneRow) float64 { return 100 * (float64(r.admitted) - r.limit) / r.limit }
+
+// redisBudget is the most Redis load an interval may cost: commands per
+// second, or CPU in percent of one core. The zero value is no budget.
+type redisBudget struct {
+	perSecond float64 // commands per second (inside scripts included); 0: not this kind
+	cpu       float64 // percent of one core; 0: not this kind
+}
+
+func (b *redisBudget) String() string {
+	switch {
+	case b.perSecond > 0:
+		return strconv.FormatFloat(b.perSecond, 'f', -1, 64) + "/s"
+	case b.cpu > 0:
+		return strconv.FormatFloat(b.cpu, 'f', -1, 64) + "%"
+	}
+	return ""
+}
+
+func (b *redisBudget) Set(s string) error {
+	num, unit := strings.TrimSpace(s), ""
+	for _, u := range []string{"/s", "%"} {
+		if n, ok := strings.CutSuffix(num, u); ok {
+			num, unit = strings.TrimSpace(n), u
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if unit == "" || err != nil || v <= 0 || math.IsInf(v, 0) {
+		return fmt.Errorf("budget %q: want commands per second such as 2000/s, or CPU such as 5%%", s)
+	}
+	*b = redisBudget{}
+	if unit == "/s" {
+		b.perSecond = v
+	} else {
+		b.cpu = v
+	}
+	return nil
+}
+
+// fits reports whether r's Redis load is within the budget.
+func (b redisBudget) fits(r tuneRow) bool {
+	switch {
+	case b.perSecond > 0:
+		return r.callsPerS <= b.perSecond
+	case b.cpu > 0:
+		return r.cpu <= b.cpu
+	}
+	return true
+}
+
+// cost is r's load in the budget's terms.
+func (b redisBudget) cost(r tuneRow) string {
+	if b.cpu > 0 {
+		return fmt.Sprintf("%.1f%% Redis CPU", r.cpu)
+	}
+	return fmt.Sprintf("%.0f Redis commands/s", r.callsPerS)
+}
+
+// describe says what r costs, against the budget if there is one.
+func (b redisBudget) describe(r tuneRow) string {
+	if b == (redisBudget{}) {
+		return fmt.Sprintf("%.0f Redis commands/s, %.1f%% Redis CPU (no -redis-budget)", r.callsPerS, r.cpu)
+	}
+	return fmt.Sprintf("%s (budget %s)", b.cost(r), b.String())
+}
+
+// recommend picks, among the measured async intervals, the longest whose
+// error is within ±target percent and whose Redis load fits the budget:
+// the cheapest for Redis that is accurate enough. meeting lists every
+// interval that meets both, shortest first. When none does, the error says
+// which constraint rules out what.
+func recommend(rows []tuneRow, target float64, b redisBudget) (best tuneRow, meeting []tuneRow, err error) {
+	var async, accurate, affordable []tuneRow
+	for _, r := range rows {
+		if r.interval <= 0 {
+			continue
+		}
+		async = append(async, r)
+		okErr, okLoad := math.Abs(rowError(r)) <= target, b.fits(r)
+		if okErr {
+			accurate = append(accurate, r)
+		}
+		if okLoad {
+			affordable = append(affordable, r)
+		}
+		if okErr && okLoad {
+			meeting = append(meeting, r)
+		}
+	}
+	slices.SortFunc(meeting, func(x, y tuneRow) int { return cmp.Compare(x.interval, y.interval) })
+	switch {
+	case len(async) == 0:
+		return tuneRow{}, nil, errors.New("tune: no async interval was measured, so none can be recommended")
+	case len(meeting) > 0:
+		return meeting[len(meeting)-1], meeting, nil
+	case len(accurate) == 0:
+		closest := slices.MinFunc(async, func(x, y tuneRow) int { return cmp.Compare(math.Abs(rowError(x)), math.Abs(rowError(y))) })
+		return tuneRow{}, nil, fmt.Errorf("tune: no measured interval keeps the error within ±%g%%: the closest was %+.2f%% at %v; measure shorter intervals, or longer (-duration) for less noise", target, rowError(closest), closest.interval)
+	case len(affordable) == 0:
+		cheapest := slices.MinFunc(async, func(x, y tuneRow) int { return cmp.Compare(x.callsPerS+x.cpu, y.callsPerS+y.cpu) })
+		return tuneRow{}, nil, fmt.Errorf("tune: no measured interval fits the Redis budget of %s: the cheapest cost %s at %v; measure longer intervals, or raise the budget", b.String(), b.cost(cheapest), cheapest.interval)
+	}
+	return tuneRow{}, nil, fmt.Errorf("tune: no measured interval meets both: an error within ±%g%% needs %s, the Redis budget of %s allows %s; raise the budget or loosen the target",
+		target, intervalList(accurate), b.String(), intervalList(affordable))
+}
+
+// intervalList names rows' intervals: "1ms, 5ms".
+func intervalList(rows []tuneRow) string {
+	var ivs []string
+	for _, r := range rows {
+		ivs = append(ivs, r.interval.String())
+	}
+	return strings.Join(ivs, ", ")
 }
 
 // measure runs one setting and reads Redis's counters around it.
@@ -224,16 +363,18 @@ func tuneTable(rows []tuneRow) string {
 	return b.String()
 }
 
-// tunePlot draws accuracy and Redis load against the interval.
-func tunePlot(path string, rows []tuneRow) error {
-	var errPts, worstPts, evals, calls, cpu plotter.XYs
+// tunePlot draws, against the interval: the admission error, decision
+// latency (p99), Redis commands and Redis CPU; with sync and local only as
+// reference lines where they fit, and the target and budget where given.
+func tunePlot(path string, rows []tuneRow, target float64, b redisBudget) error {
+	var errPts, p99, evals, calls, cpu plotter.XYs
 	var syncRow, localRow *tuneRow
 	for i, r := range rows {
 		switch {
 		case r.interval > 0:
 			ms := float64(r.interval) / float64(time.Millisecond)
-			errPts = append(errPts, plotter.XY{X: ms, Y: 100 * (float64(r.admitted) - r.limit) / r.limit})
-			worstPts = append(worstPts, plotter.XY{X: ms, Y: float64(r.worst1s)})
+			errPts = append(errPts, plotter.XY{X: ms, Y: rowError(r)})
+			p99 = append(p99, plotter.XY{X: ms, Y: micros(r.p99)})
 			evals = append(evals, plotter.XY{X: ms, Y: r.evalsPerS})
 			calls = append(calls, plotter.XY{X: ms, Y: r.callsPerS})
 			cpu = append(cpu, plotter.XY{X: ms, Y: r.cpu})
@@ -249,20 +390,42 @@ func tunePlot(path string, rows []tuneRow) error {
 	flat := func(y float64) plotter.XYs {
 		return plotter.XYs{{X: errPts[0].X, Y: y}, {X: errPts[len(errPts)-1].X, Y: y}}
 	}
-	accuracy := panel{title: "Over-admission against the limit", x: "sync interval (ms)", y: "admitted vs limit (%)", logX: true,
-		lines: []series{{name: "async", points: errPts}}}
+	accuracy := panel{title: "Admission error: admitted against an exact limiter (below 0: fewer admitted)", x: "sync interval (ms)",
+		y: "admitted − limit (% of limit)", logX: true,
+		lines: []series{{name: "async", points: errPts}, {name: "exact limit", points: flat(0), dashed: true}}}
+	if target > 0 {
+		accuracy.lines = append(accuracy.lines,
+			series{name: fmt.Sprintf("target ±%g%%", target), points: flat(target), dotted: true},
+			series{points: flat(-target), dotted: true})
+	}
+	latency := panel{title: "Decision latency, p99", x: "sync interval (ms)", y: "µs (log scale)", logX: true, logY: true,
+		lines: []series{{name: "async", points: p99}}}
 	load := panel{title: "Redis load", x: "sync interval (ms)", y: "per second", logX: true,
 		lines: []series{{name: "commands (incl. inside scripts)", points: calls}, {name: "script calls (round trips)", points: evals}}}
 	cpuPanel := panel{title: "Redis CPU", x: "sync interval (ms)", y: "% of one core", logX: true,
 		lines: []series{{name: "async", points: cpu}}}
 	if syncRow != nil {
-		accuracy.lines = append(accuracy.lines, series{name: "sync (exact)", points: flat(100 * (float64(syncRow.admitted) - syncRow.limit) / syncRow.limit), dashed: true})
+		accuracy.lines = append(accuracy.lines, series{name: fmt.Sprintf("sync (measured: %+.2f%%)", rowError(*syncRow)), points: flat(rowError(*syncRow)), dashed: true, color: 1})
+		latency.lines = append(latency.lines, series{name: "sync", points: flat(micros(syncRow.p99)), dashed: true})
 		load.lines = append(load.lines, series{name: "sync: commands", points: flat(syncRow.callsPerS), dashed: true})
 		cpuPanel.lines = append(cpuPanel.lines, series{name: "sync", points: flat(syncRow.cpu), dashed: true})
 	}
-	_ = localRow // local only's error (N times over) would flatten the accuracy axis; it is in the table
-	return savePlots(path, accuracy, load, cpuPanel)
+	if localRow != nil {
+		// Local only's error (N times over) would flatten the accuracy axis;
+		// it is in the table. Its latency is the floor async is held to.
+		latency.lines = append(latency.lines, series{name: "local only", points: flat(micros(localRow.p99)), dashed: true, color: 2})
+	}
+	switch {
+	case b.perSecond > 0:
+		load.lines = append(load.lines, series{name: "budget " + b.String(), points: flat(b.perSecond), dotted: true})
+	case b.cpu > 0:
+		cpuPanel.lines = append(cpuPanel.lines, series{name: "budget " + b.String(), points: flat(b.cpu), dotted: true})
+	}
+	return savePlots(path, accuracy, latency, load, cpuPanel)
 }
+
+// micros is d in microseconds, at least a nanosecond (for a log scale).
+func micros(d time.Duration) float64 { return max(float64(d), 1) / float64(time.Microsecond) }
 
 func parseDurations(list string) ([]time.Duration, error) {
 	var out []time.Duration

@@ -20,8 +20,9 @@ type report struct {
 	plot    string
 }
 
-// notesRow maps our modes to the rows of the design notes' "Local vs
-// Distributed" table: the row, what the notes said, and the mode as set.
+// notesRow maps our modes to the rows of the usual "local vs distributed"
+// comparison of rate-limiting designs: the row, what is usually quoted for
+// it, and the mode as set.
 var notesRow = map[string][3]string{
 	"hybridlimit LocalOnly":                   {"Local only", "<0.1ms / Low / Weak", "`LocalOnly`"},
 	"hybridlimit Sync":                        {"Redis sync", "1-5ms / High / Strong", "`Sync`"},
@@ -85,8 +86,8 @@ func (r *report) write(w io.Writer) error {
 		"\"Worst 1 s\" is the most admitted in any second (100 ms resolution). Errors count as denials; \"degraded\" counts our decisions made in memory because Redis did not answer in time.\n\n")
 
 	fmt.Fprintf(&b, "## Local vs distributed, measured\n\n")
-	fmt.Fprintf(&b, "The design notes' table (Approach | Latency | Accuracy | Consistency), its three rows as `hybrid.Config.Mode`, with figures from this run.\n\n")
-	fmt.Fprintf(&b, "| notes' row | mode | notes said (latency / accuracy / consistency) | latency p50 / p99 at %d req/s (%d nodes) | p99 at saturation (%d goroutines) | accuracy: admitted / limit (%d nodes at 2x) | consistency |\n",
+	fmt.Fprintf(&b, "The usual comparison of rate-limiting designs (approach, latency, accuracy, consistency), its three rows as `hybrid.Config.Mode`, with figures from this run.\n\n")
+	fmt.Fprintf(&b, "| approach | mode | usually quoted (latency / accuracy / consistency) | latency p50 / p99 at %d req/s (%d nodes) | p99 at saturation (%d goroutines) | accuracy: admitted / limit (%d nodes at 2x) | consistency |\n",
 		2*o.policy.Rate, o.nodes, o.goroutines, o.nodes)
 	fmt.Fprintf(&b, "|---|---|---|---:|---:|---:|---|\n")
 	for _, x := range r.results {
