@@ -49,9 +49,12 @@ type Limiter struct {
 	breaker    *breaker.Breaker
 	reconciler *reconcile.Reconciler
 
-	closed atomic.Bool
-	stop   context.CancelFunc
-	done   sync.WaitGroup
+	closed   atomic.Bool
+	lost     atomic.Uint64 // sync decisions on keys whose state Redis had lost
+	lostMu   sync.Mutex
+	lostKeys map[string]struct{} // keys named in the log already
+	stop     context.CancelFunc
+	done     sync.WaitGroup
 }
 
 // New returns a Limiter configured by cfg and starts its background work
@@ -69,7 +72,8 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
-	l := &Limiter{cfg: cfg, mode: mode, clock: cfg.Clock, offset: clock.NewOffset(cfg.Clock.Now()), engine: engine, log: cfg.Logger}
+	l := &Limiter{cfg: cfg, mode: mode, clock: cfg.Clock, offset: clock.NewOffset(cfg.Clock.Now()), engine: engine, log: cfg.Logger,
+		lostKeys: make(map[string]struct{})}
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
 	if mode == LocalOnly {
@@ -320,10 +324,15 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
 	seq := l.reconciler.NextSeq()
+	known := remote.Known{Seq: seq, Now: l.now()}
+	known.Estimate, _ = l.engine.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
-		return l.store.AllowNSeq(ctx, key, lim, n, seq)
+		return l.store.AllowNKnown(ctx, key, lim, n, known)
 	})
 	if err == nil {
+		if d.Lost {
+			l.lostState(key, lim)
+		}
 		l.keepWarm(key, lim, d)
 		return Decision{Result: d.Result, Source: Remote}, nil
 	}
@@ -336,6 +345,29 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	return dec, derr
 }
+
+// lostState counts and logs, once per key, a key whose state Redis had lost
+// while this node knew it had spent: Redis restored it from the node's
+// estimate before deciding.
+func (l *Limiter) lostState(key string, lim Limit) {
+	n := l.lost.Add(1)
+	l.lostMu.Lock()
+	_, seen := l.lostKeys[key]
+	if !seen && len(l.lostKeys) < maxLoggedLost {
+		l.lostKeys[key] = struct{}{}
+	} else {
+		seen = true
+	}
+	l.lostMu.Unlock()
+	if !seen {
+		l.log.Warn("hybrid: redis had lost the state of a key this node had spent on (evicted or deleted): restored from this node's estimate",
+			"key", key, "limit", lim.String(), "lost_total", n)
+	}
+}
+
+// maxLoggedLost bounds the keys named in lost-state logs; beyond it they are
+// counted (Stats.StateLost) without a line each.
+const maxLoggedLost = 1024
 
 // mayHaveRun reports whether a failed call may nonetheless have run in
 // Redis: it timed out after it was sent.
@@ -486,6 +518,10 @@ type Stats struct {
 	Reconcile     reconcile.Stats
 	Keys          int // keys held in memory
 	ClockOffset   time.Duration
+	// StateLost counts decisions and reports that found a key's state gone
+	// from Redis (evicted, deleted, a Redis restarted empty) while this node
+	// knew it had spent: each was restored from what the node knew.
+	StateLost uint64
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
@@ -495,8 +531,10 @@ func (l *Limiter) Stats() Stats {
 	if l.breaker != nil {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()
 	}
+	s.StateLost = l.lost.Load()
 	if l.reconciler != nil {
 		s.Reconcile = l.reconciler.Stats()
+		s.StateLost += s.Reconcile.StateLost
 	}
 	return s
 }

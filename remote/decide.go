@@ -22,6 +22,24 @@ type Decision struct {
 	State limit.State
 	// Now is Redis's TIME at the decision, in Unix ns.
 	Now int64
+	// Lost reports that the key's state was gone (evicted, deleted) while
+	// the caller's estimate said it had spent: it was restored to the
+	// estimate before deciding.
+	Lost bool
+}
+
+// Known is what the caller knows of a key when it asks Redis to decide:
+// its sequence number for the decision and its estimate of the key's state.
+type Known struct {
+	// Seq is this node's sequence number for the decision (positive: kept
+	// in the key when admitted; see AllowNKnown).
+	Seq int64
+	// Estimate is the caller's estimate of the key's state (the local
+	// engine's, kept warm by earlier decisions), and Now its Redis-aligned
+	// time then (Unix ns): when Redis finds the key's state gone while the
+	// estimate says it had spent, it restores it to at least that.
+	Estimate limit.State
+	Now      int64
 }
 
 // ErrNotQueue is returned by ReserveN for a limit that is not a leaky bucket.
@@ -39,28 +57,27 @@ const (
 // reports the state without spending. A caller error (bad key, limit or n)
 // returns the limit package's error; a Redis fault returns an *Error.
 func (s *Store) AllowN(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
-	return s.AllowNSeq(ctx, key, lim, n, 0)
+	return s.AllowNKnown(ctx, key, lim, n, Known{})
 }
 
-// AllowNSeq is AllowN with this node's sequence number for the decision
-// (positive: kept in the key when admitted). A caller that gives up waiting
-// for the answer and decides the request again in memory names seq in the
-// report of that spend (Report.UncertainSeq), so the request is counted once
-// whether or not this call reached Redis. The sliding window log, which has
-// no report, ignores it.
-func (s *Store) AllowNSeq(ctx context.Context, key string, lim limit.Limit, n, seq int64) (Decision, error) {
+// AllowNKnown is AllowN with what the caller knows (see Known). A caller
+// that gives up waiting for the answer and decides the request again in
+// memory names k.Seq in the report of that spend (Report.UncertainSeq), so
+// the request is counted once whether or not this call reached Redis. The
+// sliding window log, which has no report, ignores it.
+func (s *Store) AllowNKnown(ctx context.Context, key string, lim limit.Limit, n int64, k Known) (Decision, error) {
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
 	switch lim.Algorithm {
 	case limit.TokenBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeToken, seq)
+		return s.gcra(ctx, "allow", key, lim, n, modeToken, k)
 	case limit.LeakyBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeMeter, seq)
+		return s.gcra(ctx, "allow", key, lim, n, modeMeter, k)
 	case limit.SlidingWindowLog:
 		return s.log(ctx, key, lim, n)
 	default:
-		return s.window(ctx, key, lim, n, seq)
+		return s.window(ctx, key, lim, n, k)
 	}
 }
 
@@ -73,7 +90,7 @@ func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
-	return s.gcra(ctx, "reserve", key, lim, n, modeQueue, 0)
+	return s.gcra(ctx, "reserve", key, lim, n, modeQueue, Known{})
 }
 
 func check(key string, lim limit.Limit, n int64) error {
@@ -86,10 +103,14 @@ func check(key string, lim limit.Limit, n int64) error {
 	return lim.CheckN(n)
 }
 
-func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, seq int64) (Decision, error) {
+func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, k Known) (Decision, error) {
+	est := int64(0)
+	if k.Estimate.TAT > k.Now && k.Now > 0 {
+		est = k.Estimate.TAT - k.Now
+	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
-		interval, tau, n, mode, ms(s.active), s.node, seq).Slice()
+		interval, tau, n, mode, ms(s.active), s.node, k.Seq, est).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -99,7 +120,8 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	}
 	allowed, before, after, nowUs := v[0] == 1, v[1], v[2], v[3]
 	now := nowUs * 1000
-	d := Decision{Result: limit.Result{Limit: lim, Allowed: allowed}, State: limit.State{TAT: now + after}, Now: now}
+	d := Decision{Result: limit.Result{Limit: lim, Allowed: allowed}, State: limit.State{TAT: now + after}, Now: now,
+		Lost: len(vals) > 4 && vals[4] == int64(1)}
 	cost := ratemath.MulSat(n, interval)
 	switch {
 	case mode == modeMeter:
@@ -121,13 +143,14 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	return d, nil
 }
 
-func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n, seq int64) (Decision, error) {
+func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64, k Known) (Decision, error) {
 	sliding := 0
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
 	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
-		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, seq).Slice()
+		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, k.Seq,
+		k.Estimate.Window, max(k.Estimate.Count, 0), max(k.Estimate.Prev, 0)).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
@@ -136,7 +159,8 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n, seq 
 		return Decision{}, classify("allow", key, err)
 	}
 	allowed, w, c, p, now := v[0] == 1, v[1], v[2], v[3], v[4]*1000
-	return Decision{Result: windowResult(lim, allowed, n, w, c, p, now), State: limit.State{Window: w, Count: c, Prev: p}, Now: now}, nil
+	return Decision{Result: windowResult(lim, allowed, n, w, c, p, now), State: limit.State{Window: w, Count: c, Prev: p}, Now: now,
+		Lost: len(vals) > 5 && vals[5] == int64(1)}, nil
 }
 
 // windowResult derives a window algorithm's Result from its state at now.

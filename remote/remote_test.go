@@ -699,7 +699,7 @@ func TestTimedOutSyncDecisionCountedOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := New(srv.Client(t), Options{Node: "n"})
 	lim := limit.Per(100, time.Hour)
-	d, err := s.AllowNSeq(bg, "k", lim, 5, 7) // reached Redis; say its answer was lost
+	d, err := s.AllowNKnown(bg, "k", lim, 5, Known{Seq: 7}) // reached Redis; say its answer was lost
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	var r Round

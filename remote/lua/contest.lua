@@ -237,7 +237,13 @@ for i = 1, #KEYS do
     -- its record) comes out of the pool, below zero if need be.
     local free = ONE - held - me[1] - implicit - ps
     if free > 0 then
-      poolIn(free, full(kind, period, 0, now))
+      if relost then
+        -- What the pool held was lost with the key: taken as wholly spent
+        -- when the contest began again, refilling since.
+        poolIn(free, full(kind, period, cap, began))
+      else
+        poolIn(free, full(kind, period, 0, now))
+      end
     elseif free < 0 then
       ps = ps + free
     end

@@ -12,8 +12,12 @@
 -- ARGV[5]  ms the key outlives a full bucket
 -- ARGV[6]  node                          ARGV[7]  the decision's sequence
 --          number for this node (0: none); when the request is admitted it
---          is kept as q:<node>, so a report of the same request decided again
---          in memory after this call timed out is not applied twice
+--          is kept in q:<node> (the node's last eight), so a report of the
+--          same request decided again in memory after this call timed out is
+--          not applied twice
+-- ARGV[8]  the node's estimate of the level, ns (0: none): when the key's
+--          state is gone (evicted, deleted) while the node knew it spent, it
+--          is restored to at least that, and the reply says so
 --
 -- Returns {allowed (0/1), level before (ns), level after (ns), now (µs)}:
 -- the caller derives remaining, retry-after, reset-after and the delay.
@@ -23,16 +27,21 @@ local n = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
 local keep = tonumber(ARGV[5])
 local seq = tonumber(ARGV[7]) or 0
+local estimate = tonumber(ARGV[8]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
 local level = 0
-local st = redis.call('HMGET', KEYS[1], 't', 'l', 'x')
+local qk = 'q:' .. ARGV[6]
+local st = redis.call('HMGET', KEYS[1], 't', 'l', 'x', qk)
 local t, l = tonumber(st[1]), tonumber(st[2])
+local lost = 0
 if t and l then
   level = l - (now - t) * 1000
   if level < 0 then level = 0 end
+elseif estimate > 0 then
+  level, lost = estimate, 1 -- the state vanished under us: restore what this node knows
 end
 
 local before = level
@@ -53,6 +62,16 @@ if allowed and n > 0 then
   else
     redis.call('HSET', KEYS[1], 't', now, 'l', level)
   end
-  if seq > 0 then redis.call('HSET', KEYS[1], 'q:' .. ARGV[6], seq) end
+  if seq > 0 then
+    local list, count = string.format('%d', seq), 1
+    for q in string.gmatch(st[4] or '', '%d+') do
+      if count >= 8 then break end
+      list, count = list .. ' ' .. q, count + 1
+    end
+    redis.call('HSET', KEYS[1], qk, list)
+  end
+elseif lost == 1 then
+  redis.call('HSET', KEYS[1], 't', now, 'l', level, 'x', math.floor(now / 1000) + math.ceil(level / 1000000) + 2 * keep)
+  redis.call('PEXPIREAT', KEYS[1], math.floor(now / 1000) + math.ceil(level / 1000000) + 2 * keep)
 end
-return {allowed and 1 or 0, before, level, now}
+return {allowed and 1 or 0, before, level, now, lost}

@@ -127,7 +127,7 @@ for i = 1, #KEYS do
     end
     -- A sync decision that timed out and was also decided, and counted, in
     -- memory: if it did reach Redis it is in the state already.
-    if useq > 0 and (tonumber(f[qk]) or 0) >= useq then
+    if useq > 0 and string.find(' ' .. (f[qk] or '') .. ' ', ' ' .. string.format('%d', useq) .. ' ', 1, true) then
       draw, dcharge = math.max(draw - un, 0), math.max(dcharge - un, 0)
     end
 

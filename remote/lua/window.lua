@@ -8,6 +8,8 @@
 -- ARGV[3]  n              ARGV[4]  1 for the sliding window counter
 -- ARGV[5]  ms the key outlives its last window
 -- ARGV[6]  node   ARGV[7]  the decision's sequence number (see gcra.lua)
+-- ARGV[8], ARGV[9], ARGV[10]  the node's estimate of w, c and p (0s: none):
+--          restored when the key's state is gone (see gcra.lua)
 --
 -- Returns {allowed (0/1), w, c, p, now (µs)} after the decision.
 local period = tonumber(ARGV[1])
@@ -16,13 +18,19 @@ local n = tonumber(ARGV[3])
 local sliding = ARGV[4] == '1'
 local keep = tonumber(ARGV[5])
 local seq = tonumber(ARGV[7]) or 0
+local ew, ec, ep = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0, tonumber(ARGV[10]) or 0
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local w = math.floor(now / period)
 
-local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x')
+local qk = 'q:' .. ARGV[6]
+local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', qk)
 local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+local lost = 0
+if sw == nil and ew > 0 and (ec > 0 or ep > 0) and ew >= w - 1 then
+  sw, c, p, lost = ew, ec, ep, 1 -- the state vanished under us: restore what this node knows
+end
 if sw == nil or sw < w - 1 then
   c, p = 0, 0
 elseif sw == w - 1 then
@@ -48,6 +56,17 @@ if allowed and n > 0 then
   else
     redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p)
   end
-  if seq > 0 then redis.call('HSET', KEYS[1], 'q:' .. ARGV[6], seq) end
+  if seq > 0 then
+    local list, count = string.format('%d', seq), 1
+    for q in string.gmatch(st[5] or '', '%d+') do
+      if count >= 8 then break end
+      list, count = list .. ' ' .. q, count + 1
+    end
+    redis.call('HSET', KEYS[1], qk, list)
+  end
+elseif lost == 1 then
+  local x = math.ceil((w + 2) * period / 1000) + 2 * keep
+  redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p, 'x', x)
+  redis.call('PEXPIREAT', KEYS[1], x)
 end
-return {allowed and 1 or 0, w, c, p, now}
+return {allowed and 1 or 0, w, c, p, now, lost}
