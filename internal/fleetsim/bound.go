@@ -7,16 +7,22 @@ import "time"
 const Jitter = 0.1
 
 // AsyncBound is the most an Async fleet of nodes nodes may admit within any
-// window of w, for a limit of rate per second with burst, reconciling every
-// interval with round trips of rtt (docs/accuracy.md derives it):
+// window of w in which the fleet changes at most once, for a limit of rate
+// per second with burst, reconciling every interval with round trips of rtt
+// (docs/accuracy.md derives it):
 //
 //	rate·w + burst                                  the limit itself
-//	+ rate·(interval·(1+Jitter) + rtt)·(nodes-1)/nodes   spend not yet seen
-//	+ burst·(nodes-1)/nodes                         a key new to nodes whose views of the fleet differ
+//	+ burst·(nodes-1)/nodes                         a change of the fleet: one even split counted twice
+//	+ rate·(interval·(1+Jitter) + rtt)/nodes        a node that joins before the others divide by one more
+//
+// A node alone has nothing to share: the bound is the limit.
 func AsyncBound(rate, burst float64, interval, rtt time.Duration, nodes int, w time.Duration) float64 {
+	if nodes <= 1 {
+		return Limit(rate, burst, w)
+	}
 	n := float64(nodes)
 	stale := interval.Seconds()*(1+Jitter) + rtt.Seconds()
-	return rate*w.Seconds() + burst + rate*stale*(n-1)/n + burst*(n-1)/n
+	return rate*w.Seconds() + burst + burst*(n-1)/n + rate*stale/n
 }
 
 // Limit is what an exact limiter admits within a window of w: rate·w + burst.
