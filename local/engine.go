@@ -74,7 +74,7 @@ type Engine struct {
 	shards   []shard
 	track    bool
 	spendDue bool
-	claimed  atomic.Pointer[func(key string, lim limit.Limit) bool]
+	claimed  atomic.Pointer[func(key string, lim limit.Limit) (Share, bool)]
 	maxKeys  int64
 	keys     atomic.Int64  // states held, extras included
 	evicted  lazySketch    // made on the first eviction of a key not yet fresh
@@ -585,11 +585,14 @@ func (e *Engine) Estimate(key string, lim limit.Limit) (limit.State, bool) {
 	return limit.State{}, false
 }
 
-// SetClaimed gives the engine the test of whether a key is contested, asked
-// when it makes the state of a key it does not hold: a contested key starts
-// in no share at all (its first request asks Redis), not in an even split
-// the rest of the fleet has already given up. Nil means none is.
-func (e *Engine) SetClaimed(claimed func(key string, lim limit.Limit) bool) {
+// SetClaimed gives the engine the test of whether a key is contested, and
+// the share this node holds of it, asked when the engine makes the state of
+// a key it does not hold (first seen, or evicted and back): a contested key
+// starts in the share Redis accounts this node for, or none at all (its first
+// request asks Redis), never in an even split the rest of the fleet has given
+// up. It is called under a shard's lock: it must not call the engine. Nil
+// means no key is contested.
+func (e *Engine) SetClaimed(claimed func(key string, lim limit.Limit) (Share, bool)) {
 	if claimed == nil {
 		e.claimed.Store(nil)
 		return

@@ -103,9 +103,11 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 		return nil, err
 	}
 	x := &entry{pol: sh.intern(lim), share: s}
-	if c := sh.e.claimed.Load(); c != nil && sh.e.track && (*c)(key, lim) {
-		x.set(flagContested)
-		x.share = 1 // contested: no share until Redis grants one
+	if c := sh.e.claimed.Load(); c != nil && sh.e.track {
+		if g, contested := (*c)(key, lim); contested {
+			x.set(flagContested)
+			x.share = max(g, 1) // the share Redis accounts this node for; none until it grants one
+		}
 	}
 	sh.restore(x, h, sh.now)
 	if ok {

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
 )
 
@@ -17,14 +18,28 @@ const claimPage = 1000
 type known struct {
 	expiry int64 // Redis ns
 	recall int64 // the last recall, Redis ns
+	grant  int64 // this node's share of the key, as Redis last granted it
 }
 
-// isClaimed reports whether (key, lim) is contested: the engine's test.
-func (r *Reconciler) isClaimed(key string, lim limit.Limit) bool {
+// isClaimed reports whether (key, lim) is contested, and the share this node
+// holds of it (zero: none): the engine's test when it makes the key's state
+// again (first seen, or evicted and back), so the state starts in the share
+// Redis accounts this node for.
+func (r *Reconciler) isClaimed(key string, lim limit.Limit) (local.Share, bool) {
 	r.cmu.RLock()
-	_, ok := r.claims[keyLim{key, lim}]
+	k, ok := r.claims[keyLim{key, lim}]
 	r.cmu.RUnlock()
-	return ok
+	return local.Share(min(k.grant, int64(local.ShareOne))), ok
+}
+
+// setGrant records this node's share of a contested key for the engine.
+func (r *Reconciler) setGrant(kl keyLim, g int64) {
+	r.cmu.Lock()
+	if k, ok := r.claims[kl]; ok {
+		k.grant = g
+		r.claims[kl] = k
+	}
+	r.cmu.Unlock()
 }
 
 // setClaim records a claim's expiry and, when recall is positive, its last

@@ -159,6 +159,7 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 					p.grant = even
 				}
 				e.SetShare(p.kl.key, p.kl.lim, local.Share(max(p.grant, 1)))
+				r.setGrant(p.kl, p.grant)
 			}
 		}
 		r.wasDegraded = false
@@ -304,6 +305,7 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 		if grant != r.decidedGrant(p) || flush {
 			e.SetShare(p.kl.key, p.kl.lim, local.Share(max(grant, 1)))
 			p.grant = grant
+			r.setGrant(p.kl, grant)
 		}
 		est, _ := e.Estimate(p.kl.key, p.kl.lim)
 		seconds := max(taken.Sub(p.since).Seconds(), r.cfg.Interval.Seconds())
@@ -431,6 +433,7 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 		old := s.grant
 		p.joined, p.applied = true, a.Seq
 		p.grant, p.leaseEnd, p.span, p.target = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now, a.Target
+		r.setGrant(p.kl, a.Grant)
 		p.acked = max(p.acked, s.total)
 		p.hits = max(p.hits-s.hits, 0)
 		p.since = s.taken
@@ -579,6 +582,7 @@ func (r *Reconciler) expireShares() {
 		if p.grant > even && p.leaseEnd-margin <= rnow {
 			e.SetShare(p.kl.key, p.kl.lim, local.Share(even))
 			p.grant = even
+			r.setGrant(p.kl, even)
 		}
 		if p.grant > even {
 			leases++
