@@ -18,9 +18,11 @@ type Result struct {
 	// Windows how many window positions that examined.
 	Series, Windows int
 	// Worst is the largest excess over the bound in the run (negative: the
-	// closest any window came to it); WorstBy the same per traffic shape.
-	Worst   Excess
-	WorstBy map[Pattern]Excess
+	// closest any window came to it); WorstBy the same per shape (the key's
+	// pattern, or "multi-limit" for a key under several limits), and
+	// WorstSingle among keys under one limit.
+	Worst, WorstSingle Excess
+	WorstBy            map[string]Excess
 	// Compliant is how many decisions on compliant traffic were checked,
 	// and Refused how many of them refused it.
 	Compliant, Refused int
@@ -41,7 +43,7 @@ type Excess struct {
 	W, At    time.Duration
 	Key      string
 	Limit    limit.Limit
-	Pattern  Pattern
+	Shape    string // the key's pattern, or "multi-limit"
 	Seed     int64
 	Valid    bool // something was measured
 }
@@ -51,7 +53,7 @@ func (e Excess) String() string {
 		return "none measured"
 	}
 	return fmt.Sprintf("%+.1f (%d admitted, bound %.1f, %.2fx) on %s [%v, %v] over %v at %v, seed %d",
-		e.Excess, e.Admitted, e.Bound, float64(e.Admitted)/e.Bound, e.Key, e.Limit, e.Pattern, e.W, e.At.Round(time.Millisecond), e.Seed)
+		e.Excess, e.Admitted, e.Bound, float64(e.Admitted)/e.Bound, e.Key, e.Limit, e.Shape, e.W, e.At.Round(time.Millisecond), e.Seed)
 }
 
 // worse reports whether e is a larger excess than o.
@@ -105,7 +107,7 @@ func (r *Result) Summary() string {
 // spend after quiescence, no unexpected error, and recovery.
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
-	res := &Result{Scenario: sc, WorstBy: map[Pattern]Excess{}}
+	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}}
 	for i, n := range rec.Nodes {
 		if n.StartErr != nil {
 			res.violate("start", "node %d: %v", i, n.StartErr)
@@ -207,7 +209,7 @@ func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 		r.Windows += m.Windows
 		b := Bound(p, m.W)
 		e := Excess{Excess: float64(m.Admitted) - b, Admitted: m.Admitted, Bound: b, W: m.W, At: m.At,
-			Key: key.Name, Limit: lim, Pattern: key.Pattern, Seed: sc.Seed, Valid: true}
+			Key: key.Name, Limit: lim, Shape: key.Shape(), Seed: sc.Seed, Valid: true}
 		if e.worse(worst) {
 			worst = e
 		}
@@ -215,12 +217,15 @@ func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 	if worst.worse(r.Worst) {
 		r.Worst = worst
 	}
-	if worst.worse(r.WorstBy[key.Pattern]) {
-		r.WorstBy[key.Pattern] = worst
+	if worst.worse(r.WorstBy[worst.Shape]) {
+		r.WorstBy[worst.Shape] = worst
+	}
+	if len(key.Limits) == 1 && worst.worse(r.WorstSingle) {
+		r.WorstSingle = worst
 	}
 	if worst.Excess > 0 {
 		r.violate("bound", "%s [%v] (%v): %d admitted over %v at %v, bound %.1f (%+.1f, %.2fx)",
-			key.Name, lim, key.Pattern, worst.Admitted, worst.W, worst.At.Round(time.Millisecond), worst.Bound, worst.Excess, float64(worst.Admitted)/worst.Bound)
+			key.Name, lim, worst.Shape, worst.Admitted, worst.W, worst.At.Round(time.Millisecond), worst.Bound, worst.Excess, float64(worst.Admitted)/worst.Bound)
 	}
 }
 
@@ -275,6 +280,7 @@ func (r *Result) ledger(rec *Record) {
 		admitted, after int64
 		unreported      int64 // admitted by nodes whose Close failed
 		names           []string
+		limits          []limit.Limit
 	}
 	groups := map[string]*group{}
 	var order []string
@@ -289,6 +295,7 @@ func (r *Result) ledger(rec *Record) {
 				order = append(order, name)
 			}
 			groups[name].names = append(groups[name].names, fmt.Sprintf("%s [%v]", sc.Keys[k].Name, lim))
+			groups[name].limits = append(groups[name].limits, lim)
 		}
 	}
 	var lost uint64
@@ -314,7 +321,7 @@ func (r *Result) ledger(rec *Record) {
 	flagged := false
 	for _, name := range order {
 		g := groups[name]
-		held, known := rec.ledger.held(name)
+		held, known := rec.ledger.held(name, g.limits)
 		if !known {
 			r.LedgerUnknown++
 			continue

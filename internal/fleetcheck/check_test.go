@@ -55,7 +55,8 @@ func TestCheckBound(t *testing.T) {
 	assert.Equal(t, 1, res.Series)
 	assert.Positive(t, res.Windows)
 	assert.InDelta(t, 17-bound, res.Worst.Excess, 1e-9)
-	assert.Equal(t, res.Worst, res.WorstBy[Steady])
+	assert.Equal(t, res.Worst, res.WorstBy["steady"])
+	assert.Equal(t, res.Worst, res.WorstSingle)
 
 	rec.Decisions = admits(18, 1, 500*time.Millisecond, 510*time.Millisecond, true, hybrid.Local)
 	res = Check(rec)
@@ -146,6 +147,19 @@ func TestCheckLedger(t *testing.T) {
 	r = rec(map[string]int64{"n0/1": 3}, 0, nil)
 	r.FaultAt = 500 * time.Millisecond
 	assert.Equal(t, []string{"ledger"}, kinds(Check(r)))
+	// Records today's reading cannot tell: a window algorithm's, and one
+	// shared by three bucket limits. Unknown, not passed.
+	for _, keys := range [][]limit.Limit{
+		{limit.PerSecond(10).WithBurst(0).WithAlgorithm(limit.FixedWindow)},
+		{tb, tb.WithBurst(20), tb.WithBurst(30)},
+	} {
+		sc := handScenario(Key{Name: "k", Limits: keys, Pattern: Steady, MaxWeight: 1})
+		l := newLedger(nil, hybrid.Async)
+		l.seen[ledgerOf("k", keys[0])] = map[string]int64{"n0/1": 1}
+		res := Check(&Record{Scenario: sc, Decisions: admits(10, 1, 0, time.Second, true, hybrid.Local), ledger: l, Nodes: []NodeRecord{{}, {}}})
+		assert.Empty(t, res.Violations)
+		assert.Equal(t, 1, res.LedgerUnknown)
+	}
 	// Sync decisions leave no totals in today's records: unknown, not passed.
 	sc.Mode, sc.Fault = hybrid.Sync, Fault{}
 	r = rec(map[string]int64{}, 0, nil)

@@ -92,6 +92,16 @@ type Key struct {
 	MaxWeight int64
 }
 
+// Shape names the key's traffic for the report: its pattern, or
+// "multi-limit" when several limits decide each of its requests (which is a
+// shape of its own, whatever the traffic).
+func (k Key) Shape() string {
+	if len(k.Limits) > 1 {
+		return "multi-limit"
+	}
+	return k.Pattern.String()
+}
+
 // Request is one request offered to the fleet.
 type Request struct {
 	At   time.Duration
