@@ -61,7 +61,7 @@ func (e Excess) worse(o Excess) bool { return e.Valid && (!o.Valid || e.Excess >
 
 // Violation is one way a run broke a promise.
 type Violation struct {
-	Kind string // "bound", "refusal", "ledger", "error", "recovery", "start"
+	Kind string // "bound", "refusal", "ledger", "error", "recovery", "start", "close"
 	What string
 }
 
@@ -104,13 +104,19 @@ func (r *Result) Summary() string {
 
 // Check holds rec to every promise: the bound over every window of every
 // length that matters, no refusal of compliant traffic, Redis's record of
-// spend after quiescence, no unexpected error, and recovery.
+// spend after quiescence, no unexpected error, every node started, recovered
+// and closed (reporting all it spent: nodes close while Redis is up).
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
 	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}}
 	for i, n := range rec.Nodes {
 		if n.StartErr != nil {
 			res.violate("start", "node %d: %v", i, n.StartErr)
+		}
+		// Nodes close with Redis up (never during the fault): all they spent
+		// must reach it.
+		if n.CloseErr != nil {
+			res.violate("close", "node %d: %v", i, n.CloseErr)
 		}
 	}
 	if rec.Recovered != nil {

@@ -129,7 +129,7 @@ func TestCheckLedger(t *testing.T) {
 		{"all held, over two nodes and epochs", map[string]int64{"n0/1": 4, "n0/2": 2, "n1/1": 4}, 0, nil, nil},
 		{"one short, counted lost", map[string]int64{"n0/1": 9}, 1, nil, nil},
 		{"one short, not counted", map[string]int64{"n0/1": 9}, 0, nil, []string{"ledger"}},
-		{"one short from a node that could not report at Close", map[string]int64{"n0/1": 9}, 0, errors.New("flush failed"), nil},
+		{"one short from a node that could not report at Close", map[string]int64{"n0/1": 9}, 0, errors.New("flush failed"), []string{"close"}},
 		{"counted twice", map[string]int64{"n0/1": 11}, 0, nil, []string{"ledger"}},
 	}
 	for _, c := range cases {
@@ -184,6 +184,6 @@ func TestCheckErrorsAndUnsupported(t *testing.T) {
 
 	rec.Decisions = nil
 	rec.Recovered = errors.New("node 1 stuck")
-	rec.Nodes = []NodeRecord{{StartErr: errors.New("no redis")}}
-	assert.Equal(t, []string{"start", "recovery"}, kinds(Check(rec)))
+	rec.Nodes = []NodeRecord{{StartErr: errors.New("no redis")}, {CloseErr: errors.New("3 keys of spend not reported")}}
+	assert.Equal(t, []string{"start", "close", "recovery"}, kinds(Check(rec)))
 }

@@ -44,7 +44,8 @@
 //     the nodes' Stats().Reconcile.LostSpend (or a failed Close) accounts for
 //     the rest. ledger.go alone knows how Redis records spend.
 //   - no decision errs (but the log's in Async mode, which must), every node
-//     starts, and every node recovers once Redis is back.
+//     starts, every node recovers once Redis is back, and every Close
+//     reports all the node spent (nodes close while Redis is up).
 //
 // What each fallback must satisfy while degraded: Conservative the bound and
 // compliance, like any other time; FailClosed the bound, and it may refuse

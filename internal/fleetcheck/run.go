@@ -137,7 +137,7 @@ func Run(t testing.TB, sc *Scenario) *Record {
 				}
 			}
 		}()
-		stopSampling = func() { cancel(); <-done }
+		stopSampling = sync.OnceFunc(func() { cancel(); <-done })
 	}
 	defer stopSampling()
 
@@ -201,6 +201,17 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	start := time.Now()
 	rec.Start = start
 	var wg sync.WaitGroup
+	quiet := false // set once the nodes are closed the normal way
+	defer func() {
+		if !quiet { // a fault's t.Fatal ended the run early: leave nothing running
+			wg.Wait()
+			for i := range limiters {
+				if open[i] {
+					_ = limiters[i].Close(context.Background())
+				}
+			}
+		}
+	}()
 	for i, span := range sc.Nodes {
 		wg.Add(1)
 		go func() {
@@ -269,8 +280,8 @@ func Run(t testing.TB, sc *Scenario) *Record {
 			closeNode(i)
 		}
 	}
+	quiet = true
 	stopSampling()
-	stopSampling = func() {}
 	if rec.ledger != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), closeWithin)
 		if err := rec.ledger.sample(ctx, records); err != nil {

@@ -50,7 +50,10 @@ func TestRunLocalOnly(t *testing.T) {
 	assert.Positive(t, res.Windows)
 	assert.Positive(t, res.Compliant)
 	assert.Zero(t, res.LedgerChecked+res.LedgerUnknown, "no Redis, no ledger")
-	assert.Greater(t, res.Worst.Admitted, int64(200), "the fleet was held at its limit, not starved")
+	// One node alone is exact, so driven at three times the limit some
+	// window comes within a few requests (the driver's timing) of the
+	// bound: held at the limit, not under it.
+	assert.GreaterOrEqual(t, res.Worst.Excess, -0.05*res.Worst.Bound, "the node was held at its limit, not starved")
 	t.Log(res.Summary())
 
 	// The same record, held to half the token bucket, breaks the bound.
