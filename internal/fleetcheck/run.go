@@ -160,7 +160,7 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	startNode := func(i int) {
 		nr := &rec.Nodes[i]
 		cfg := hybrid.Config{Prefix: ledgerPrefix, Mode: sc.Mode, SyncInterval: sc.Interval, Fallback: sc.Fallback,
-			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, Node: nr.Name,
+			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, ActiveWindow: sc.ActiveWindow, Node: nr.Name,
 			Logger: logger.With("node", i),
 			OnRound: func(info hybrid.RoundInfo) {
 				if info.Err == nil {

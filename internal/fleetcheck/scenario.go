@@ -23,9 +23,12 @@ type Scenario struct {
 	Interval time.Duration // Config.SyncInterval
 	Duration time.Duration // the traffic's span
 	MaxKeys  int           // Config.MaxKeys; 0 means the default
-	Nodes    []Span        // one per node
-	Fault    Fault
-	Keys     []Key
+	// ActiveWindow is Config.ActiveWindow (0: the default, 50 intervals
+	// and at least a second): how long a silent node still counts on a key.
+	ActiveWindow time.Duration
+	Nodes        []Span // one per node
+	Fault        Fault
+	Keys         []Key
 	// Requests is every request offered, in time order.
 	Requests []Request
 	// RTT is the round-trip allowance the bound is given.
@@ -211,6 +214,9 @@ func (g *gen) config() {
 	if r.IntN(100) < 25 {
 		sc.MaxKeys = g.pick(64, 128, 256)
 	}
+	if sc.Mode != hybrid.LocalOnly && r.IntN(100) < 30 {
+		sc.ActiveWindow = time.Duration(g.pick(200, 300, 500)) * time.Millisecond
+	}
 	g.budget = decisionBudget * sc.Duration.Seconds()
 }
 
@@ -243,8 +249,9 @@ func (g *gen) keys() {
 	if sc.MaxKeys > 0 || r.IntN(100) < 15 {
 		g.churnKeys()
 	}
-	if r.IntN(100) < 25 {
-		g.idleKeys()
+	stale := slices.ContainsFunc(sc.Keys, func(k Key) bool { return k.Pattern == Stale })
+	if r.IntN(100) < 25 || stale && r.IntN(100) < 60 {
+		g.idleKeys() // thousands of them keep a node's sweep from reaching a stale key
 	}
 	if sc.Mode == hybrid.Async && r.IntN(100) < 15 {
 		k := g.addKey(Key{Name: "log", Pattern: Unsupported, Limits: []limit.Limit{g.limitOf(limit.SlidingWindowLog)}, MaxWeight: 1})
@@ -272,6 +279,12 @@ func (g *gen) limitOf(a limit.Algorithm) limit.Limit {
 	r := g.rng
 	switch a {
 	case limit.TokenBucket:
+		if r.IntN(5) == 0 {
+			// A long period: the burst dwarfs what refills within any
+			// window the checker looks at, so whatever a fleet admits beyond
+			// it shows (the 600/min).
+			return limit.PerMinute(int64(g.pick(600, 3000)))
+		}
 		rate := int64(g.pick(50, 100, 200, 500, 1000))
 		period := []time.Duration{time.Second, time.Second, time.Second, 500 * time.Millisecond, 2 * time.Second}[r.IntN(5)]
 		burst := []int64{rate, rate, rate / 10, rate / 4, 2 * rate}[r.IntN(5)]
@@ -283,6 +296,9 @@ func (g *gen) limitOf(a limit.Algorithm) limit.Limit {
 		return limit.Per(int64(g.pick(20, 50, 100, 500)), []time.Duration{500 * time.Millisecond, time.Second}[r.IntN(2)]).
 			WithBurst(0).WithAlgorithm(a)
 	default:
+		if r.IntN(8) == 0 {
+			return limit.PerMinute(int64(g.pick(300, 1200))).WithBurst(0).WithAlgorithm(a) // one window for the whole run, or two
+		}
 		period := []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, 2 * time.Second}[r.IntN(5)]
 		rate := int64(g.pick(20, 50, 100, 500, 1000)) * int64(period) / int64(time.Second)
 		return limit.Per(max(rate, 5), period).WithBurst(0).WithAlgorithm(a)
@@ -291,6 +307,11 @@ func (g *gen) limitOf(a limit.Algorithm) limit.Limit {
 
 // perSecond is a limit's rate per second.
 func perSecond(l limit.Limit) float64 { return float64(l.Rate) / l.Period.Seconds() }
+
+// pace is the rate per second that presses on l within a run of a few
+// seconds: its rate, or for a long period, its capacity spent over two
+// seconds.
+func pace(l limit.Limit) float64 { return math.Max(perSecond(l), float64(l.Capacity())/2) }
 
 func (g *gen) addKey(k Key) int {
 	g.sc.Keys = append(g.sc.Keys, k)
@@ -338,6 +359,15 @@ func (g *gen) mainKey(name string) {
 	a := g.algorithm()
 	lims := []limit.Limit{g.limitOf(a)}
 	pat := []Pattern{Steady, HotNode, OnOff, Weighted, Weighted, Stale, Migrate}[r.IntN(7)]
+	if pat == Stale && a != limit.LeakyBucket {
+		// Stale shares show when every node spends its whole estimate at
+		// once: a capacity the burst below can exhaust, refilling little
+		// within the run (the per-minute limit).
+		lims[0] = limit.PerMinute(int64(g.pick(100, 200, 300)))
+		if a != limit.TokenBucket {
+			lims[0] = lims[0].WithBurst(0).WithAlgorithm(a)
+		}
+	}
 	if r.IntN(100) < 25 && pat != Stale {
 		// Several limits on one key: of one algorithm differing in rate
 		// (endpoint rules sharing a client key), or of several algorithms.
@@ -362,7 +392,7 @@ func (g *gen) mainKey(name string) {
 	}
 	k := g.addKey(Key{Name: name, Limits: lims, Pattern: pat, MaxWeight: 1})
 	key := &sc.Keys[k]
-	rs := perSecond(ref)
+	rs := pace(ref)
 	// Offered requests per second, scaled down to the budget.
 	scale := func(rate float64) float64 {
 		perS := g.budget / sc.Duration.Seconds() / float64(len(lims))
@@ -411,17 +441,25 @@ func (g *gen) mainKey(name string) {
 			g.even(at, k, n)
 		})
 	case Stale:
-		// Each node alone on the key in turn, then idle, then every node at once.
+		// Each node alone on the key in turn (up to four of them; with a
+		// short ActiveWindow, each after the last has stopped counting, so
+		// that each gets the key to itself), then idle, then every node at
+		// once.
 		at := time.Duration(0)
 		alone := g.between(80*time.Millisecond, 150*time.Millisecond)
-		for _, i := range g.presentAt(0) {
+		gap := time.Duration(0)
+		if sc.ActiveWindow > 0 {
+			gap = sc.ActiveWindow + 50*time.Millisecond
+		}
+		nodes := g.presentAt(0)
+		for _, i := range nodes[:min(len(nodes), 4)] {
 			g.stream(at, at+alone, scale(rs), func(t time.Duration) { g.emit(t, i, k, 1) })
-			at += alone
+			at += alone + gap
 		}
 		at += g.between(200*time.Millisecond, 600*time.Millisecond)
 		for at < sc.Duration {
 			burst := g.between(200*time.Millisecond, 400*time.Millisecond)
-			g.stream(at, at+burst, scale(6*rs), func(t time.Duration) { g.even(t, k, 1) })
+			g.stream(at, at+burst, scale(math.Max(6*rs, 8*float64(capMin))), func(t time.Duration) { g.even(t, k, 1) })
 			at += burst + g.between(200*time.Millisecond, 600*time.Millisecond)
 		}
 	case Migrate:
@@ -503,11 +541,11 @@ func (g *gen) churnKeys() {
 // cold keys do.
 func (g *gen) idleKeys() {
 	sc, r := g.sc, g.rng
-	count := 100 + r.IntN(400)
+	count := min([]int{100, 300, 1000, 3000}[r.IntN(4)], max(100, int(g.budget/1.5)))
 	l := limit.PerHour(1)
 	for i := range count {
 		k := g.addKey(Key{Name: fmt.Sprintf("idle%d", i), Limits: []limit.Limit{l}, Pattern: Idle, MaxWeight: 1})
-		at := g.between(0, sc.Duration/5)
+		at := g.between(0, sc.Duration*2/5)
 		nodes := g.presentAt(at)
 		if len(nodes) == 0 {
 			continue
@@ -571,6 +609,9 @@ func (sc *Scenario) String() string {
 	}
 	if sc.MaxKeys > 0 {
 		fmt.Fprintf(&b, ", MaxKeys %d", sc.MaxKeys)
+	}
+	if sc.ActiveWindow > 0 {
+		fmt.Fprintf(&b, ", ActiveWindow %v", sc.ActiveWindow)
 	}
 	counts := map[Pattern]int{}
 	for _, k := range sc.Keys {
