@@ -34,6 +34,8 @@ const (
 	sampleEvery = 100 * time.Millisecond
 	// keepLogs bounds the log lines a record keeps.
 	keepLogs = 200
+	// startAttempts bounds the tries at making a node while Redis is up.
+	startAttempts = 3
 )
 
 // Decision is one decision the fleet made: what was asked, of which node,
@@ -51,10 +53,13 @@ type Decision struct {
 
 // NodeRecord is what one node did besides deciding.
 type NodeRecord struct {
-	Name      string
-	StartErr  error // New failed: the node decided nothing
-	CloseErr  error // Close could not report all it had spent
-	LostSpend uint64
+	Name     string
+	StartErr error // New failed every attempt: the node decided nothing
+	// StartAttempts is how many times New was called (more than one: a
+	// first contact with Redis timed out).
+	StartAttempts int
+	CloseErr      error // Close could not report all it had spent
+	LostSpend     uint64
 	// Rounds and RoundErrors count reconciliation rounds; MaxRound is the
 	// slowest that succeeded, against which the bound's round-trip
 	// allowance can be judged.
@@ -171,7 +176,18 @@ func Run(t testing.TB, sc *Scenario) *Record {
 		if clientsOf[i] != nil {
 			cfg.Redis = clientsOf[i]
 		}
-		l, err := hybrid.New(cfg)
+		// Nodes start while Redis is up. A first contact that times out on a
+		// busy machine (the client's reads give up after clientTimeout) is
+		// tried again, and counted; only a node that cannot start at all is a
+		// violation.
+		var l *hybrid.Limiter
+		var err error
+		for nr.StartAttempts = 1; ; nr.StartAttempts++ {
+			if l, err = hybrid.New(cfg); err == nil || !errors.Is(err, hybrid.ErrRedisUnavailable) || nr.StartAttempts == startAttempts {
+				break
+			}
+			time.Sleep(clientTimeout)
+		}
 		if err != nil {
 			nr.StartErr = err
 			return

@@ -22,14 +22,14 @@ var (
 // fixedSeeds cover the shapes in a handful of scenarios (see Scenario.String
 // for what each holds).
 var fixedSeeds = []int64{
-	4,  // async, kill/conservative, on-off, several limits on one key, weighted, compliant
-	8,  // async, pause/conservative, hot node, key churn, idle keys, compliant
-	2,  // sync, pause/fail-closed, stale shares, weighted, compliant
-	9,  // local only, MaxKeys 64: key churn and idle keys
-	22, // async, 8 nodes, pause/fail-closed, on-off, weighted, compliant
-	56, // async, kill/fail-open, stale shares, key churn, the log refused
-	55, // async, slow (+300 ms)/conservative, weighted, compliant
-	34, // async, nodes joining and leaving, migrating traffic
+	4,  // async, kill/conservative, hot node, stale shares, compliant, key churn
+	7,  // async, kill/fail-open, hot node, several limits on one key, weighted, key churn
+	2,  // sync, pause/fail-closed, stale shares, compliant, key churn, idle keys
+	9,  // local only, MaxKeys 64: key churn, idle keys, weighted, compliant
+	22, // async, 8 nodes, pause/fail-closed, stale shares, migrating traffic, several limits, compliant
+	18, // async, slow (+100 ms)/conservative, weighted, several limits, compliant, nodes joining and leaving
+	25, // async, 8 nodes, ActiveWindow 200 ms, stale shares, weighted, the log refused
+	21, // async, pause/conservative, on-off bursts, weighted, several limits, compliant
 }
 
 func TestFixedSet(t *testing.T) {
