@@ -48,6 +48,8 @@ type Excess struct {
 	Valid    bool // something was measured
 }
 
+// String describes the excess on one line, with its key, limit, window and
+// seed.
 func (e Excess) String() string {
 	if !e.Valid {
 		return "none measured"
@@ -65,6 +67,7 @@ type Violation struct {
 	What string
 }
 
+// String is the violation's kind and what happened.
 func (v Violation) String() string { return v.Kind + ": " + v.What }
 
 // Failed reports whether the run broke any promise.

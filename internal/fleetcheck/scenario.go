@@ -51,6 +51,7 @@ const (
 	Slow              // a proxy adds Latency each way from At to Heal
 )
 
+// String names the fault: "none", "kill", "pause" or "slow".
 func (k FaultKind) String() string {
 	return [...]string{"none", "kill", "pause", "slow"}[k]
 }
@@ -81,6 +82,7 @@ const (
 
 var patternNames = [...]string{"steady", "hot-node", "on-off", "weighted", "stale-share", "migrate", "compliant", "key-churn", "idle", "unsupported"}
 
+// String names the pattern as reports show it ("stale-share").
 func (p Pattern) String() string { return patternNames[p] }
 
 // Key is one caller key with the limits each of its requests is decided
