@@ -24,7 +24,9 @@ type BoundParams struct {
 	// MaxWeight is the heaviest request the key is sent.
 	MaxWeight int64
 	// RTT is the round-trip allowance: a reconciliation round's, and in
-	// Sync mode a decision's, including any latency a fault adds.
+	// Sync mode a decision's, including any latency a fault adds, and
+	// raised to what the run's rounds took where they ran late
+	// (Record.Params).
 	RTT time.Duration
 	// Wipes is how many times Redis lost its data during the scenario.
 	Wipes int

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -32,7 +33,9 @@ type Result struct {
 	// LedgerChecked and LedgerUnknown count the records of spend compared
 	// with what was admitted, and those Redis's state cannot tell.
 	LedgerChecked, LedgerUnknown int
-	Violations                   []Violation
+	// RTT is the round-trip allowance the bound was given (Record.Params).
+	RTT        time.Duration
+	Violations []Violation
 }
 
 // Excess is the worst window of one series against its bound.
@@ -86,8 +89,8 @@ func (r *Result) Summary() string {
 	if r.Failed() {
 		verdict = fmt.Sprintf("FAILED (%d violations)", len(r.Violations))
 	}
-	fmt.Fprintf(&b, "%s\n  %s: %d series, %d windows, worst excess %v; compliant refused %d of %d; ledger %d checked, %d unknown",
-		r.Scenario, verdict, r.Series, r.Windows, r.Worst, r.Refused, r.Compliant, r.LedgerChecked, r.LedgerUnknown)
+	fmt.Fprintf(&b, "%s\n  %s: %d series, %d windows, worst excess %v; compliant refused %d of %d; ledger %d checked, %d unknown; round-trip allowance %v",
+		r.Scenario, verdict, r.Series, r.Windows, r.Worst, r.Refused, r.Compliant, r.LedgerChecked, r.LedgerUnknown, r.RTT.Round(time.Millisecond))
 	for _, s := range r.NotConforming {
 		fmt.Fprintf(&b, "\n  note: %s", s)
 	}
@@ -111,7 +114,7 @@ func (r *Result) Summary() string {
 // and closed (reporting all it spent: nodes close while Redis is up).
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
-	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}}
+	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}, RTT: rec.rtt()}
 	for i, n := range rec.Nodes {
 		if n.StartErr != nil {
 			res.violate("start", "node %d: %v", i, n.StartErr)
@@ -197,6 +200,31 @@ func (sc *Scenario) Params(k, li int) BoundParams {
 	return p
 }
 
+// Params returns the bound's parameters for limit li of key k as this run
+// needs them: the scenario's, with a round-trip allowance raised to what the
+// run's rounds took. The bound's stale term, 1.1·I + r, is how long a node's
+// view may lag while Redis answers; where a node's rounds ran further apart
+// than that (a busy machine delays timers and round trips alike), the
+// longest such gap stands in for it, so that the checker measures the
+// protocol and not the machine.
+func (rec *Record) Params(k, li int) BoundParams {
+	p := rec.Scenario.Params(k, li)
+	p.RTT = rec.rtt()
+	return p
+}
+
+// rtt is the round-trip allowance for the run: the scenario's, or what the
+// slowest clean gap between two rounds of any node needs beyond the
+// interval and its jitter.
+func (rec *Record) rtt() time.Duration {
+	sc := rec.Scenario
+	r := sc.RTT
+	for _, n := range rec.Nodes {
+		r = max(r, n.MaxGap-time.Duration(float64(sc.Interval)*(1+fleetsim.Jitter)))
+	}
+	return r
+}
+
 // bound holds one series to the bound over every window length.
 func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 	sc := rec.Scenario
@@ -212,7 +240,7 @@ func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 		events = append(events, Event{At: d.At, N: d.N})
 	}
 	r.Series++
-	p := sc.Params(k, li)
+	p := rec.Params(k, li)
 	worst := Excess{}
 	for _, m := range MaxOver(events, lengths(sc, lim)) {
 		r.Windows += m.Windows

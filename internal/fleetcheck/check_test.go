@@ -74,6 +74,21 @@ func TestCheckBound(t *testing.T) {
 	assert.Equal(t, []string{"bound"}, kinds(Check(rec)), "Conservative has no such excuse")
 }
 
+// A run whose rounds ran further apart than the interval and the
+// allowance (a busy machine) is held to the bound for the staleness it had.
+func TestCheckMeasuredStaleness(t *testing.T) {
+	tb := limit.PerSecond(100).WithBurst(10)
+	sc := handScenario(Key{Name: "k", Limits: []limit.Limit{tb}, Pattern: Steady, MaxWeight: 1})
+	rec := &Record{Scenario: sc, Nodes: []NodeRecord{{MaxGap: 15 * time.Millisecond}, {MaxGap: 5 * time.Millisecond}}}
+	assert.Equal(t, sc.RTT, rec.Params(0, 0).RTT, "within the interval and the allowance: the allowance")
+	rec.Nodes[1].MaxGap = 61 * time.Millisecond
+	assert.Equal(t, 50*time.Millisecond, rec.Params(0, 0).RTT, "61 ms between rounds, less 1.1 intervals")
+	rec.Decisions = admits(18, 1, 500*time.Millisecond, 510*time.Millisecond, true, hybrid.Local)
+	res := Check(rec)
+	assert.Empty(t, res.Violations, "18 in an interval is within 10 + 1 + 100·0.061/2 + 10/2")
+	assert.Equal(t, 50*time.Millisecond, res.RTT)
+}
+
 func TestCheckCompliance(t *testing.T) {
 	tb := limit.PerSecond(100).WithBurst(10)
 	sc := handScenario(Key{Name: "c", Limits: []limit.Limit{tb}, Pattern: Compliant, Fraction: 0.5, MaxWeight: 1})

@@ -16,8 +16,8 @@ func TestReplay(t *testing.T) {
 	res := Check(rec)
 	t.Logf("took %v\n%s", rec.Took, res.Summary())
 	for _, n := range rec.Nodes {
-		t.Logf("%s: started in %d attempts, lost %d, close err %v, rounds %d (%d failed), slowest round %v, driver late by %v",
-			n.Name, n.StartAttempts, n.LostSpend, n.CloseErr, n.Rounds, n.RoundErrors, n.MaxRound, n.Late)
+		t.Logf("%s: started in %d attempts, lost %d, close err %v, rounds %d (%d failed), slowest round %v, longest gap between rounds %v, driver late by %v",
+			n.Name, n.StartAttempts, n.LostSpend, n.CloseErr, n.Rounds, n.RoundErrors, n.MaxRound, n.MaxGap, n.Late)
 	}
 	for _, l := range rec.Logs {
 		t.Log(l)

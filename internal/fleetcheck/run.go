@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +64,11 @@ type NodeRecord struct {
 	// allowance can be judged.
 	Rounds, RoundErrors uint64
 	MaxRound            time.Duration
+	// MaxGap is the longest time between two successful rounds with no
+	// failed one between them: how stale this node's view could get while
+	// Redis answered (an interval, its jitter, a round trip, and whatever a
+	// busy machine adds).
+	MaxGap time.Duration
 	// Late is how late, at worst, the driver sent this node a request:
 	// the machine's own contribution to any burstiness.
 	Late time.Duration
@@ -161,18 +165,13 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	limiters := make([]*hybrid.Limiter, len(sc.Nodes)) // each written by its node's goroutine, read after they end
 	open := make([]bool, len(sc.Nodes))
 	decided := make([][]Decision, len(sc.Nodes))
-	maxRound := make([]atomic.Int64, len(sc.Nodes))
+	watches := make([]roundWatch, len(sc.Nodes))
 	startNode := func(i int) {
 		nr := &rec.Nodes[i]
 		cfg := hybrid.Config{Prefix: ledgerPrefix, Mode: sc.Mode, SyncInterval: sc.Interval, Fallback: sc.Fallback,
 			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, ActiveWindow: sc.ActiveWindow, Node: nr.Name,
-			Logger: logger.With("node", i),
-			OnRound: func(info hybrid.RoundInfo) {
-				if info.Err == nil {
-					for m := maxRound[i].Load(); int64(info.Duration) > m && !maxRound[i].CompareAndSwap(m, int64(info.Duration)); m = maxRound[i].Load() {
-					}
-				}
-			}}
+			Logger:  logger.With("node", i),
+			OnRound: watches[i].observe}
 		if clientsOf[i] != nil {
 			cfg.Redis = clientsOf[i]
 		}
@@ -202,7 +201,7 @@ func Run(t testing.TB, sc *Scenario) *Record {
 		st := l.Stats()
 		rec.Nodes[i].LostSpend = st.Reconcile.LostSpend
 		rec.Nodes[i].Rounds, rec.Nodes[i].RoundErrors = st.Reconcile.Rounds, st.Reconcile.RoundErrors
-		rec.Nodes[i].MaxRound = time.Duration(maxRound[i].Load())
+		rec.Nodes[i].MaxRound, rec.Nodes[i].MaxGap = watches[i].result()
 		open[i] = false
 	}
 	// The nodes up from the start are made before it, so that the first
@@ -320,6 +319,35 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	rec.Logs = logs.lines()
 	rec.Took = time.Since(began)
 	return rec
+}
+
+// roundWatch follows one node's rounds (hybrid.Config.OnRound).
+type roundWatch struct {
+	mu               sync.Mutex
+	maxRound, maxGap time.Duration
+	last             time.Time // when the last successful round ended
+	clean            bool      // no failed round since last
+}
+
+func (w *roundWatch) observe(info hybrid.RoundInfo) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if info.Err != nil {
+		w.clean = false
+		return
+	}
+	w.maxRound = max(w.maxRound, info.Duration)
+	if w.clean {
+		w.maxGap = max(w.maxGap, now.Sub(w.last))
+	}
+	w.last, w.clean = now, true
+}
+
+func (w *roundWatch) result() (maxRound, maxGap time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.maxRound, w.maxGap
 }
 
 // ledgerRecords names every record the scenario's limits write to.
