@@ -5,7 +5,7 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test demo bench bench-compare bench-rls rls-peer rls-compat tools vet
+.PHONY: test demo bench bench-compare bench-rls rls-peer rls-compat verify tools vet
 
 ## test: vet, then every test with the race detector, against private redis-servers the tests start;
 ## then the comparison suite's own tests (bench/ is a module of its own, to keep the peers out of go.mod)
@@ -42,6 +42,16 @@ rls-compat: tools rls-peer
 ## writes bench/rls-results.md and docs/bench-rls.png
 bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench
+
+## verify: the fleet checker's long randomized run (about 10 minutes): VERIFY_COUNT scenarios drawn from
+## seeds VERIFY_SEED on (0: from the clock), each a fleet of real limiters against a private redis-server,
+## some killed, paused or slowed; prints the scenarios and windows checked, the largest excess over the
+## bound, the refusals of compliant traffic, and a replay command for each failed seed
+VERIFY_COUNT ?= 240
+VERIFY_SEED ?= 0
+verify: tools
+	$(GO) test -tags fleetcheck -count=1 -timeout 60m -run 'TestVerify$$' -v ./internal/fleetcheck \
+		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
 
 vet:
 	$(GO) vet $(PKGS)

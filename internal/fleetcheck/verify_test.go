@@ -1,0 +1,84 @@
+//go:build fleetcheck
+
+package fleetcheck
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The fixed set and the long randomized run. Both are behind the fleetcheck
+// build tag while the Async protocol still breaks the bound in shapes these
+// scenarios draw: `make verify` runs the long one; the fixed set moves into
+// `make test` (drop the tag) once it passes.
+
+var (
+	verifyCount = flag.Int("verify.count", 0, "TestVerify: how many scenarios to run (0: skip)")
+	verifySeed  = flag.Int64("verify.seed", 0, "TestVerify: the first seed (0: from the clock, printed)")
+)
+
+// fixedSeeds cover the shapes in a handful of scenarios (see Scenario.String
+// for what each holds).
+var fixedSeeds = []int64{
+	4,  // async, kill/conservative, hot node, stale shares, compliant, key churn
+	7,  // async, kill/fail-open, hot node, several limits on one key, weighted, key churn
+	2,  // sync, pause/fail-closed, stale shares, compliant, key churn, idle keys
+	9,  // local only, MaxKeys 64: key churn, idle keys, weighted, compliant
+	22, // async, 8 nodes, pause/fail-closed, stale shares, migrating traffic, several limits, compliant
+	18, // async, slow (+100 ms)/conservative, weighted, several limits, compliant, nodes joining and leaving
+	25, // async, 8 nodes, ActiveWindow 200 ms, stale shares, weighted, the log refused
+	21, // async, pause/conservative, on-off bursts, weighted, several limits, compliant
+}
+
+func TestFixedSet(t *testing.T) {
+	var tally Tally
+	for _, seed := range fixedSeeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			res := runChecked(t, seed)
+			tally.Add(res.Result, res.took)
+		})
+	}
+	t.Logf("\n%v", &tally)
+}
+
+// TestVerify runs -verify.count scenarios from -verify.seed on and reports
+// what they found: `make verify`.
+func TestVerify(t *testing.T) {
+	if *verifyCount <= 0 {
+		t.Skip("the long run: make verify (or -verify.count=N)")
+	}
+	first := *verifySeed
+	if first == 0 {
+		first = time.Now().UnixNano() % 1_000_000_000
+	}
+	t.Logf("seeds %d to %d", first, first+int64(*verifyCount)-1)
+	var tally Tally
+	for seed := first; seed < first+int64(*verifyCount); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			res := runChecked(t, seed)
+			tally.Add(res.Result, res.took)
+		})
+	}
+	fmt.Printf("\nseeds %d to %d\n%v", first, first+int64(*verifyCount)-1, &tally)
+}
+
+type checked struct {
+	*Result
+	took time.Duration
+}
+
+// runChecked runs and checks seed's scenario, failing t with the summary
+// (seed and replay command included) if it broke a promise.
+func runChecked(t *testing.T, seed int64) checked {
+	sc := Generate(seed)
+	rec := Run(t, sc)
+	res := Check(rec)
+	if res.Failed() {
+		t.Errorf("%s", res.Summary())
+	} else {
+		t.Logf("%s", res.Summary())
+	}
+	return checked{res, rec.Took}
+}
