@@ -50,7 +50,7 @@ bench-rls: tools rls-peer
 VERIFY_COUNT ?= 240
 VERIFY_SEED ?= 0
 verify: tools
-	$(GO) test -tags fleetcheck -count=1 -timeout 60m -run 'TestVerify$$' -v ./internal/fleetcheck \
+	$(GO) test -count=1 -timeout 60m -run 'TestVerify$$' -v ./internal/fleetcheck \
 		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
 
 vet:

@@ -142,6 +142,10 @@ type Config struct {
 	// than the whole limit among leases that have not lapsed. Zero means 50
 	// intervals, at least 1 s.
 	Lease time.Duration
+	// LedgerTTL is how long a key's ledger in Redis (what the fleet admitted
+	// on it, Async mode) lives after the last weight added to it: the window
+	// in which usage can be read back. Zero means 1 hour.
+	LedgerTTL time.Duration
 	// EscalationWait bounds how long a request heavier than this node's
 	// share of its key waits while the fleet makes room for it: the key is
 	// claimed, the other nodes give up what they do not need, and the node
@@ -192,7 +196,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: unknown mode %d", c.Mode)
 	case c.Fallback < Conservative || c.Fallback > FailClosed:
 		return c, fmt.Errorf("hybrid: unknown fallback %d", c.Fallback)
-	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0, c.Lease < 0, c.ShortLease < 0, c.EscalationWait < 0:
+	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0, c.Lease < 0, c.ShortLease < 0, c.EscalationWait < 0, c.LedgerTTL < 0:
 		return c, fmt.Errorf("hybrid: negative duration in config (interval %v, redis timeout %v, open for %v, active window %v, startup %v, lease %v, short lease %v)",
 			c.SyncInterval, c.RedisTimeout, c.BreakerOpenFor, c.ActiveWindow, c.StartupTimeout, c.Lease, c.ShortLease)
 	case c.FleetSize < 0 || c.MaxKeys < 0 || c.MaxPending < 0 || c.MaxReports < 0:

@@ -71,7 +71,7 @@ var (
 
 // isCallerError reports whether err is the caller's mistake, not Redis's.
 func isCallerError(err error) bool {
-	return errors.Is(err, limit.ErrInvalidLimit) || errors.Is(err, limit.ErrInvalidKey) ||
+	return errors.Is(err, limit.ErrInvalidLimit) || errors.Is(err, limit.ErrInvalidKey) || errors.Is(err, ErrClosed) ||
 		errors.Is(err, limit.ErrInvalidN) || errors.Is(err, limit.ErrExceedsCapacity) ||
 		errors.Is(err, ErrUnsupported) || errors.Is(err, ErrClosed)
 }

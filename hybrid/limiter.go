@@ -97,7 +97,7 @@ func New(cfg Config) (*Limiter, error) {
 func (l *Limiter) connect() error {
 	cfg := l.cfg
 	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow,
-		Lease: cfg.Lease, ShortLease: cfg.ShortLease})
+		Lease: cfg.Lease, ShortLease: cfg.ShortLease, LedgerTTL: cfg.LedgerTTL})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
@@ -220,6 +220,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // Decision's Source is Degraded. ctx bounds the call to Redis in Sync mode;
 // the Async and LocalOnly paths never block and ignore it.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
+	d, err := l.allowN(ctx, key, lim, n)
+	if err == local.ErrSealed {
+		return Decision{}, ErrClosed // Close began after the check below
+	}
+	return d, err
+}
+
+func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
 	if l.closed.Load() {
 		return Decision{}, ErrClosed
 	}
@@ -501,6 +509,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	l.engine.Seal() // a decision racing Close either recorded its spend already or is refused
 	l.stop()
 	l.done.Wait()
 	if l.reconciler == nil {

@@ -99,7 +99,21 @@ var (
 	// ErrFaulted: Redis refused this key's state (a key of another type
 	// under the limiter's prefix): decide it under the fallback.
 	ErrFaulted = errors.New("local: key faulted in redis")
+	// ErrSealed: the engine was sealed (Seal): its owner is closing.
+	ErrSealed = errors.New("local: engine sealed")
 )
+
+// Seal stops every decision that spends: once it returns, no decision can
+// record spend the caller would not find in a final TakeSpend. A decision
+// already holding its shard's lock finishes first. Sealing is for good.
+func (e *Engine) Seal() {
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		sh.sealed = true
+		sh.mu.Unlock()
+	}
+}
 
 // New returns an Engine configured by cfg.
 func New(cfg Config) (*Engine, error) {
@@ -176,6 +190,10 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
+	if sh.sealed {
+		sh.mu.Unlock()
+		return res, ErrSealed
+	}
 	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
@@ -240,6 +258,9 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.sealed {
+		return ErrSealed
+	}
 	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
@@ -276,6 +297,9 @@ func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64) (limi
 	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.sealed {
+		return limit.Reservation{}, ErrSealed
+	}
 	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)

@@ -41,6 +41,7 @@ type shard struct {
 	mu       sync.Mutex
 	now      int64  // the latest time seen: the shard's clock never goes back
 	lookups  uint32 // counts lookups, to sample which ones refresh recency
+	sealed   bool   // no more decisions: the engine is being flushed for good
 	e        *Engine
 	keys     *lru.LRU[string, *entry]
 	extras   map[string][]*entry

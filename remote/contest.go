@@ -122,7 +122,7 @@ func (s *Store) Contest(ctx context.Context, reports []ShareReport, round *Share
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.contest, args: []any{s.node, s.active.Microseconds(), ms(s.active),
+			cur = &call{script: s.scripts.contest, args: []any{s.node, s.active.Microseconds(), ms(s.ledgerTTL),
 				s.lease.Microseconds(), s.short.Microseconds(), max(round.Fleet, 1), micros(round.Acked)}}
 			calls = append(calls, cur)
 		}
@@ -281,7 +281,7 @@ func (s *Store) AddToLedgers(ctx context.Context, entries []LedgerEntry, errs []
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.ledger, args: []any{s.node, 2 * ms(s.active)}}
+			cur = &call{script: s.scripts.ledger, args: []any{s.node, ms(s.ledgerTTL)}}
 			calls = append(calls, cur)
 		}
 		cur.keys = append(cur.keys, asyncKey(s.prefix, e.Limit, e.Key))

@@ -34,6 +34,7 @@ const (
 	DefaultPrefix       = "rl:"
 	DefaultActiveWindow = 10 * time.Second
 	DefaultLease        = time.Second
+	DefaultLedgerTTL    = time.Hour
 )
 
 // Options configure a Store. The zero value is usable.
@@ -57,6 +58,12 @@ type Options struct {
 	// holds: how long a node that took most of a key keeps it once others
 	// want some. A zero ShortLease means a tenth of Lease.
 	ShortLease time.Duration
+	// LedgerTTL is how long a key's ledger (what the fleet admitted on it,
+	// Async mode) lives in Redis after the last weight added to it: the
+	// window in which usage can be read back. It costs Redis a small hash
+	// per key reported in that time. A zero LedgerTTL means 1 hour; it is
+	// never shorter than the active window.
+	LedgerTTL time.Duration
 }
 
 // Store runs the limiter's scripts on Redis. It is safe for concurrent use
@@ -68,6 +75,7 @@ type Store struct {
 	active    time.Duration
 	lease     time.Duration
 	short     time.Duration
+	ledgerTTL time.Duration
 	fleetKeys [5]string
 	scripts   scripts
 }
@@ -116,6 +124,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		active:    active,
 		lease:     lease,
 		short:     short,
+		ledgerTTL: max(cmpOr(opts.LedgerTTL, DefaultLedgerTTL), active),
 		fleetKeys: fleetKeyNames(prefix),
 		scripts:   newScripts(),
 	}, nil
@@ -192,4 +201,12 @@ func (s *Store) hgetInt(ctx context.Context, op, key, rkey, field string) (int64
 		return 0, classify(op, key, err)
 	}
 	return v, nil
+}
+
+// cmpOr returns d, or def when d is zero.
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
 }

@@ -49,6 +49,10 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 		r.mu.Unlock()
 		return Escalation{}, errNoRoom
 	}
+	if p.inflight {
+		r.mu.Unlock()
+		return Escalation{}, nil // a round's report on the key is on its way: ask again after it
+	}
 	var taken []local.Spend
 	for _, s := range e.TakeKey(rnow, key, lim, taken) {
 		r.addSpend(s, start)
@@ -64,6 +68,7 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 		Pressure: true}
 	sent := sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: start, join: p.join, recall: p.recall}
 	p.join, p.recall, p.claimer = false, false, false
+	p.inflight = true
 	if p.wantBack {
 		r.renew(p, rnow, true)
 		p.wantBack = false
@@ -84,6 +89,7 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 		r.mu.Lock()
 		r.outbox = append(r.outbox, claims...) // they may not have reached Redis: again next round
 		p.join, p.recall = p.join || sent.join, p.recall || sent.recall
+		p.inflight = false
 		r.mu.Unlock()
 		return Escalation{}, err
 	}

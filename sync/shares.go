@@ -60,6 +60,7 @@ type part struct {
 	renewAt  int64     // when to renew the claim next (Redis ns)
 	faulted  bool
 	retryAt  int
+	inflight bool // a report is on its way: one at a time per key, so an answer is never taken back while it is applied
 }
 
 // sentShare is what a share report carried, to apply its answer.
@@ -202,6 +203,7 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 			for _, s := range sent[from:] {
 				s.p.join, s.p.recall = s.p.join || s.join, s.p.recall || s.recall
 				s.p.pressure = s.p.pressure || s.pressure
+				s.p.inflight = false
 			}
 			r.mu.Unlock()
 			break
@@ -258,7 +260,7 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 	picks := r.sharePicks[:0]
 	even := r.even()
 	for _, p := range r.parts {
-		if !p.contested || (p.faulted && r.rounds < p.retryAt && !flush) {
+		if !p.contested || p.inflight || (p.faulted && r.rounds < p.retryAt && !flush) {
 			continue
 		}
 		prio := -1
@@ -317,6 +319,7 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 		r.shareSent = append(r.shareSent, sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: taken,
 			pressure: pk.prio == prioPressure && !p.join && !p.recall, join: p.join, recall: p.recall})
 		p.join, p.recall, p.pressure, p.claimer = false, false, false, false
+		p.inflight = true
 	}
 	return deferred
 }
@@ -405,6 +408,7 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 	for i, a := range answers {
 		s := sent[i]
 		p := s.p
+		p.inflight = false
 		if a.Err != nil {
 			p.join, p.recall = p.join || s.join, p.recall || s.recall
 			if remote.IsKeyFault(a.Err) {

@@ -44,6 +44,8 @@ type BoundParams struct {
 //	            + R·(1.1·I + r)/N             a node that joins, before the others see it
 //	            + C·wipes                     Redis forgot what was spent before it lost its data
 //	            (fleetsim.AsyncBound for the token bucket)
+//	            (the window algorithms: Exact(w + r), their boundaries placed on
+//	            clocks aligned to Redis's within half a round trip each)
 //	Sync        Exact(w + r)                  a decision is recorded when its call began and
 //	            + R·(1.1·I + r)·(N−1)/N       made in Redis up to a round trip later; then the
 //	            + C·(N−1)/N + C·wipes         hand-over to and from degraded mode, whose spend
@@ -64,7 +66,11 @@ func Bound(p BoundParams, w time.Duration) float64 {
 		return float64(max(p.Nodes, 1)) * float64(ExactMax(p.Algorithm, p.Rate, p.Period, p.Burst, p.MaxWeight, w))
 	}
 	exactW := w
-	if p.Mode == hybrid.Sync {
+	if p.Mode == hybrid.Sync || !p.Algorithm.IsBucket() {
+		// Sync: a decision is recorded when its call began and made up to
+		// a round trip later. Windows: each node places window boundaries
+		// on its estimate of Redis's clock, uncertain by half a round trip,
+		// so two nodes' windows may be a round trip apart.
 		exactW += p.RTT
 	}
 	n := float64(max(p.Nodes, 1))

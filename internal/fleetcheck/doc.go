@@ -58,10 +58,9 @@
 //
 // The package's own tests (the window maxima, the exact maxima against the
 // local engine, compliance, the generator, the checks, two real runs) run in
-// make test. A fixed set of seeds (TestFixedSet) and the long randomized run
-// (TestVerify, make verify) are behind the fleetcheck build tag while the
-// Async protocol still breaks the bound in shapes they draw. A failure prints
-// its seed and the command that replays it:
+// make test, and so does a fixed set of seeds (TestFixedSet); the long
+// randomized run (TestVerify) runs when asked how many scenarios, as make
+// verify does. A failure prints its seed and the command that replays it:
 //
 //	go test ./internal/fleetcheck -run TestReplay -seed=123 -v
 package fleetcheck

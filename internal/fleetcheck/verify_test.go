@@ -1,5 +1,3 @@
-//go:build fleetcheck
-
 package fleetcheck
 
 import (
@@ -9,10 +7,8 @@ import (
 	"time"
 )
 
-// The fixed set and the long randomized run. Both are behind the fleetcheck
-// build tag while the Async protocol still breaks the bound in shapes these
-// scenarios draw: `make verify` runs the long one; the fixed set moves into
-// `make test` (drop the tag) once it passes.
+// The fixed set runs in `make test`; the long randomized run only when
+// asked for how many scenarios (`make verify`).
 
 var (
 	verifyCount = flag.Int("verify.count", 0, "TestVerify: how many scenarios to run (0: skip)")

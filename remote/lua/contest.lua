@@ -25,9 +25,11 @@
 --          nodes reported admitting); x = the ms the key expires at; and per
 --          node n:<node> = its record (struct: grant, lease end µs, the last
 --          answer's sequence number, the growth it carried and the pool's
---          state then, demand, the µs it was last seen) and l:<node> = its
+--          state then, demand, the µs it was last seen, the heavy request the
+--          answer admitted) and l:<node> = its
 --          two latest ledger epochs with their totals (ledger.lua's too).
--- ARGV     node, active window µs, keep ms, lease µs, short lease µs, the
+-- ARGV     node, active window µs, keep ms (how long the key and its
+--          ledger outlive its last report), lease µs, short lease µs, the
 --          fleet's size, the fleet's acked µs (every node has processed the
 --          claims made before it), then per key fifteen values: kind (0
 --          bucket, 1 fixed window, 2 sliding window counter); interval ns
@@ -75,7 +77,7 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local nowMs = math.floor(now / 1000)
 local ONE = 32768
 local PER = 15
-local REC = '<dddddddddd'
+local REC = '<ddddddddddd'
 local out = {now}
 local o = 1
 local mine = 'n:' .. node
@@ -176,6 +178,7 @@ for i = 1, #KEYS do
       ps = ps + g
     end
 
+    local unledger = 0 -- a request admitted in an answer the node never got
     local me = recs[mine]
     if me == nil then
       if applied > 0 then
@@ -186,16 +189,22 @@ for i = 1, #KEYS do
         began = now
         relost = true
       end
-      me = {gb, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+      me = {gb, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
       recs[mine] = me
       names[#names + 1] = mine
     else
-      -- Growth the node never applied goes back to the pool, as it left.
+      -- Growth the node never applied goes back to the pool, as it left;
+      -- a request admitted in an answer the node never got leaves the
+      -- ledger (the pool keeps it spent: the limit stays on the safe side).
       if applied < me[3] and me[4] > 0 then
         local ta, tb, tc = decay(kind, period, me[5], me[6], me[7], me[8])
         poolIn(me[4], ta, tb, tc)
         me[1] = me[1] - me[4]
         me[4] = 0
+      end
+      if applied < me[3] and (me[11] or 0) > 0 then
+        unledger = me[11]
+        me[11] = 0
       end
       if gb < me[1] then
         poolIn(me[1] - gb, x1, x2, x3) -- what the node gave up, as spent as the node
@@ -377,17 +386,22 @@ for i = 1, #KEYS do
       draw = draw + heavy
       if epoch == ea then ca = ca + heavy end
     end
+    me[11] = admitted and heavy or 0
+    if unledger > 0 then
+      draw = draw - unledger
+      ca = math.max(ca - unledger, 0)
+    end
 
     local w = {'c', began, 'r', relost and 1 or 0, 'W', wantBy or '', 'Wn', wantN, 'We', wantEnd, 'Pd', pd, 'Pdt', now, 'P', struct.pack('<ddddd', ps, pa, pb, pc, now), mine,
-      struct.pack(REC, me[1], me[2], me[3], me[4], me[5], me[6], me[7], me[8], me[9], me[10]),
+      struct.pack(REC, me[1], me[2], me[3], me[4], me[5], me[6], me[7], me[8], me[9], me[10], me[11]),
       lk, struct.pack('<dddd', ea, ca, eb, cb)}
     for _, k in ipairs(names) do
       local r = recs[k]
       if r.dirty then
-        w[#w + 1], w[#w + 2] = k, struct.pack(REC, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+        w[#w + 1], w[#w + 2] = k, struct.pack(REC, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11] or 0)
       end
     end
-    if draw > 0 then w[#w + 1], w[#w + 2] = 's', (tonumber(f.s) or 0) + draw end
+    if draw ~= 0 then w[#w + 1], w[#w + 2] = 's', math.max((tonumber(f.s) or 0) + draw, 0) end
     -- The key lives while a lease does, and while its state matters.
     local untilMs = math.floor(me[2] / 1000)
     if kind == 0 then

@@ -6,7 +6,8 @@
 --
 -- KEYS     the keys' hashes (contest.lua's): s = the ledger, and per node
 --          l:<node> = its two latest epochs with their totals (struct)
--- ARGV     node, keep ms, then per key: epoch, total, acknowledged total
+-- ARGV     node, keep ms (how long a ledger outlives the last weight added),
+--          then per key: epoch, total, acknowledged total
 --
 -- Returns 1 per key applied, or the error Redis raised for it.
 local node, keep = ARGV[1], tonumber(ARGV[2])
