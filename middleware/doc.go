@@ -37,6 +37,12 @@
 // and is sent on every 429 and 503 and on a penalty's 403, whatever
 // Config.Headers says.
 //
+// Config.OnDenied replaces these answers to denied requests with a
+// service's own (ulule/limiter's LimitReachedHandler): it gets a Denial
+// saying what happened, which check denied the request and with what
+// decision, and writes the status and body, the headers being already set.
+// DefaultOnDenied is the default answer.
+//
 // # Headers
 //
 // Config.Headers chooses the families: the de facto X-RateLimit-Limit,
