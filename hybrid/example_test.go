@@ -45,10 +45,47 @@ func ExampleLimiter_Wait() {
 	smooth := hybrid.PerSecond(50).WithBurst(5).WithAlgorithm(hybrid.LeakyBucket) // one every 20 ms
 	start := time.Now()
 	for range 3 {
-		if err := lim.Wait(context.Background(), "export-job", smooth, 1); err != nil {
+		if err := lim.Wait(context.Background(), "export-job", smooth); err != nil {
 			panic(err)
 		}
 	}
 	fmt.Println("three requests, spaced:", time.Since(start) >= 40*time.Millisecond)
 	// Output: three requests, spaced: true
+}
+
+// Reserve admits a request now or later, as golang.org/x/time/rate's does:
+// the token bucket goes into debt and the Delay says when to act. A
+// reservation that will not be used is given back with Cancel.
+func ExampleLimiter_ReserveN() {
+	clk := clock.NewManual(time.Unix(1_800_000_000, 0)) // a fixed instant, so the output is fixed
+	lim, err := hybrid.New(hybrid.Config{Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	ctx := context.Background()
+	limit := hybrid.PerSecond(10).WithBurst(2) // two at once, then one per 100 ms
+	var last *hybrid.Reservation
+	for range 4 {
+		last, err = lim.Reserve(ctx, "batch", limit)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("act in", last.Delay)
+	}
+	if err := last.Cancel(ctx); err != nil { // the fourth will not be needed
+		panic(err)
+	}
+	r, err := lim.ReserveN(ctx, "batch", limit, 2)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("two more act in", r.Delay)
+	// Output:
+	// act in 0s
+	// act in 0s
+	// act in 100ms
+	// act in 200ms
+	// two more act in 300ms
 }

@@ -14,7 +14,6 @@
 package local
 
 import (
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"runtime"
@@ -161,62 +160,6 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 	if e.track && n > 0 {
 		sh.record(key, en, n, true)
 	}
-	return nil
-}
-
-// ErrNotQueue is returned by ReserveN and CancelN for a limit whose algorithm
-// is not limit.LeakyBucket, the only one that queues.
-var ErrNotQueue = errors.New("local: reserve needs the leaky bucket")
-
-// ReserveN places a request of weight n for key in lim's leaky-bucket queue
-// at now. When the queue has room the request is admitted (and spent) and the
-// Reservation says how long it must wait for its turn; when it is full the
-// request is not admitted and RetryAfter says when it would be.
-func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64) (limit.Reservation, error) {
-	if lim.Algorithm != limit.LeakyBucket {
-		return limit.Reservation{}, fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
-	}
-	if err := limit.CheckKey(key); err != nil {
-		return limit.Reservation{}, err
-	}
-	sh := e.shardFor(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	en, err := sh.lookup(key, lim, Share(e.newKey.Load()))
-	if err == nil {
-		err = en.pol.checkN(n)
-	}
-	if err != nil {
-		return limit.Reservation{}, err
-	}
-	now = sh.clamp(now)
-	en.setShare(e.shareFor(en))
-	r := leakyQueue(&en.st, now, en.pol, n, en.share)
-	if e.track && n > 0 {
-		sh.record(key, en, n, r.Allowed)
-	}
-	return r, nil
-}
-
-// CancelN gives back a reservation of weight n that will not be used, so the
-// requests queued behind it move up. Spend the reconciler has already taken
-// stays counted globally.
-func (e *Engine) CancelN(now int64, key string, lim limit.Limit, n int64) error {
-	if lim.Algorithm != limit.LeakyBucket {
-		return fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
-	}
-	if n <= 0 || limit.CheckKey(key) != nil {
-		return nil
-	}
-	sh := e.shardFor(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	en, ok := sh.keys.Peek(key)
-	if !ok || en.pol.lim != lim {
-		return nil
-	}
-	cancelReservation(&en.st, sh.clamp(now), en.pol, n, en.share)
-	en.spent = max(en.spent-n, 0)
 	return nil
 }
 

@@ -24,14 +24,17 @@ type Decision struct {
 	Now int64
 }
 
-// ErrNotQueue is returned by ReserveN for a limit that is not a leaky bucket.
-var ErrNotQueue = errors.New("remote: reserve needs the leaky bucket")
+// ErrNotBucket is returned by ReserveN and CancelN for a limit whose
+// algorithm is not a bucket: the window algorithms cannot reserve.
+var ErrNotBucket = errors.New("remote: reserve needs the token or leaky bucket")
 
 // GCRA modes of gcra.lua.
 const (
 	modeToken = iota
 	modeMeter
 	modeQueue
+	modeTokenReserve
+	modeCancel
 )
 
 // AllowN decides, in one script on Redis, whether a request of weight n for
@@ -44,9 +47,9 @@ func (s *Store) AllowN(ctx context.Context, key string, lim limit.Limit, n int64
 	}
 	switch lim.Algorithm {
 	case limit.TokenBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeToken)
+		return s.gcra(ctx, "allow", key, lim, n, modeToken, 0, 0)
 	case limit.LeakyBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeMeter)
+		return s.gcra(ctx, "allow", key, lim, n, modeMeter, 0, 0)
 	case limit.SlidingWindowLog:
 		return s.log(ctx, key, lim, n)
 	default:
@@ -54,16 +57,48 @@ func (s *Store) AllowN(ctx context.Context, key string, lim limit.Limit, n int64
 	}
 }
 
-// ReserveN places a request of weight n in key's leaky-bucket queue on Redis:
-// when admitted, the Decision's Delay says how long it must wait its turn.
-func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
-	if lim.Algorithm != limit.LeakyBucket {
-		return Decision{}, fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
+// ReserveN reserves, in one script on Redis, a request of weight n for key
+// under lim, if it can act within maxWait (at most limit.MaxSpan: a longer
+// or negative one is cut to that range), as golang.org/x/time/rate's
+// ReserveN does: on the token bucket the bucket goes into debt; on the
+// leaky bucket the request takes a place in the queue, which must have
+// room. When admitted, the Decision's Delay says how long it must wait from
+// its Now.
+func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int64, maxWait time.Duration) (Decision, error) {
+	if !lim.Algorithm.IsBucket() {
+		return Decision{}, fmt.Errorf("%w, not %v", ErrNotBucket, lim.Algorithm)
 	}
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
-	return s.gcra(ctx, "reserve", key, lim, n, modeQueue)
+	mode := modeTokenReserve
+	if lim.Algorithm == limit.LeakyBucket {
+		mode = modeQueue
+	}
+	return s.gcra(ctx, "reserve", key, lim, n, mode, int64(min(max(maxWait, 0), limit.MaxSpan)), 0)
+}
+
+// CancelN gives back, in one script on Redis, a reservation of weight n for
+// key under lim that was to act at act (Unix ns on Redis's clock: its
+// Decision's Now + Delay), as x/time/rate's Reservation.CancelAt does:
+// nothing once act has passed, else its n intervals less the time later
+// reservations already count on. It reports whether anything was given
+// back; the Decision holds the key's state after it.
+func (s *Store) CancelN(ctx context.Context, key string, lim limit.Limit, n, act int64) (bool, Decision, error) {
+	if !lim.Algorithm.IsBucket() {
+		return false, Decision{}, fmt.Errorf("%w, not %v", ErrNotBucket, lim.Algorithm)
+	}
+	if err := check(key, lim, n); err != nil {
+		return false, Decision{}, err
+	}
+	us, ns := act/1000, act%1000
+	if ns < 0 {
+		us, ns = us-1, ns+1000
+	}
+	d, err := s.gcra(ctx, "cancel", key, lim, n, modeCancel, us, ns)
+	gave := d.Allowed
+	d.Allowed = false
+	return gave, d, err
 }
 
 func check(key string, lim limit.Limit, n int64) error {
@@ -76,10 +111,11 @@ func check(key string, lim limit.Limit, n int64) error {
 	return lim.CheckN(n)
 }
 
-func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int) (Decision, error) {
+// gcra runs gcra.lua in mode with its two mode arguments a6 and a7.
+func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, a6, a7 int64) (Decision, error) {
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
-		interval, tau, n, mode, ms(s.active)).Slice()
+		interval, tau, n, mode, ms(s.active), a6, a7).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -99,8 +135,24 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 		if after == 0 {
 			d.Remaining = 1
 		}
-	case allowed && mode == modeQueue:
-		d.Delay = time.Duration(before)
+	case mode == modeCancel:
+	case mode == modeQueue:
+		fits := before+cost <= tau
+		switch {
+		case allowed:
+			d.Delay = time.Duration(before)
+		case !fits:
+			d.RetryAfter = time.Duration(max(before+cost-tau, before-a6))
+		default:
+			d.RetryAfter = time.Duration(before - a6)
+		}
+	case mode == modeTokenReserve:
+		wait := max(before+cost-tau, 0)
+		if allowed {
+			d.Delay = time.Duration(wait)
+		} else {
+			d.RetryAfter = time.Duration(wait - a6)
+		}
 	case !allowed:
 		d.RetryAfter = time.Duration(before + cost - tau)
 	}
