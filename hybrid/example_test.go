@@ -89,3 +89,31 @@ func ExampleLimiter_ReserveN() {
 	// act in 200ms
 	// two more act in 300ms
 }
+
+// Reset forgives a client: its key starts afresh. With Redis, it is
+// forgiven on every node.
+func ExampleLimiter_Reset() {
+	clk := clock.NewManual(time.Unix(1_800_000_000, 0))
+	lim, err := hybrid.New(hybrid.Config{Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	ctx := context.Background()
+	daily := hybrid.Per(2, 24*time.Hour)
+	for range 3 {
+		d, _ := lim.Allow(ctx, "customer:7", daily)
+		fmt.Println("allowed:", d.Allowed)
+	}
+	if err := lim.Reset(ctx, "customer:7", daily); err != nil {
+		panic(err) // Redis could not be reached: not forgiven
+	}
+	d, _ := lim.Allow(ctx, "customer:7", daily)
+	fmt.Println("after the reset:", d.Allowed, "remaining", d.Remaining)
+	// Output:
+	// allowed: true
+	// allowed: true
+	// allowed: false
+	// after the reset: true remaining 1
+}

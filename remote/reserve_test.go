@@ -108,3 +108,52 @@ func TestReserveRefusals(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, gave, "a reservation whose time has passed gives nothing back")
 }
+
+// Reset deletes a key's state under one algorithm: the next decision finds
+// it fresh, and the same key under another algorithm is untouched.
+func TestReset(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Client(t))
+	for _, lim := range []limit.Limit{
+		limit.Per(2, time.Hour),
+		limit.Per(2, time.Hour).WithAlgorithm(limit.LeakyBucket),
+		limit.Per(2, time.Hour).WithAlgorithm(limit.FixedWindow),
+		limit.Per(2, time.Hour).WithAlgorithm(limit.SlidingWindowCounter),
+		limit.Per(2, time.Hour).WithAlgorithm(limit.SlidingWindowLog),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			for range 3 {
+				_, err := s.AllowN(bg, "k", lim, 1)
+				require.NoError(t, err)
+			}
+			d, err := s.AllowN(bg, "k", lim, 1)
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			other := limit.Per(1, time.Hour).WithAlgorithm(limit.FixedWindow)
+			if lim.Algorithm == limit.FixedWindow {
+				other = other.WithAlgorithm(limit.TokenBucket)
+			}
+			_, err = s.AllowN(bg, "k", other, 1)
+			require.NoError(t, err)
+
+			gone, err := s.Reset(bg, "k", lim)
+			require.NoError(t, err)
+			assert.True(t, gone)
+			d, err = s.AllowN(bg, "k", lim, 1)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "fresh after the reset")
+			d, err = s.AllowN(bg, "k", other, 1)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed, "another algorithm's state is untouched")
+			_, err = s.Reset(bg, "k", other)
+			require.NoError(t, err)
+			gone, err = s.Reset(bg, "nobody", lim)
+			require.NoError(t, err)
+			assert.False(t, gone)
+		})
+	}
+	_, err := s.Reset(bg, "", limit.PerSecond(1))
+	assert.ErrorIs(t, err, limit.ErrInvalidKey)
+	_, err = s.Reset(bg, "k", limit.PerSecond(0))
+	assert.ErrorIs(t, err, limit.ErrInvalidLimit)
+}
