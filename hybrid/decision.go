@@ -44,10 +44,11 @@ type Decision struct {
 var (
 	// ErrClosed: the limiter was closed.
 	ErrClosed = errors.New("hybrid: limiter closed")
-	// ErrUnsupported: the limit's algorithm cannot run in the limiter's
-	// mode (the sliding window log needs Sync or LocalOnly: its exact log
-	// cannot be merged from summaries), or Reserve and Wait on a window
-	// algorithm, which cannot reserve.
+	// ErrUnsupported: the limit cannot run in the limiter's mode (the
+	// sliding window log and calendar windows need Sync or LocalOnly: Async
+	// reconciliation cannot merge an exact log from summaries, nor count
+	// calendar windows yet), or Reserve and Wait on a window algorithm,
+	// which cannot reserve.
 	ErrUnsupported = errors.New("hybrid: unsupported")
 	// ErrRedisUnavailable: New could not reach Redis (see
 	// Config.StartDegraded).

@@ -117,3 +117,31 @@ func ExampleLimiter_Reset() {
 	// allowed: false
 	// after the reset: true remaining 1
 }
+
+// A quota per calendar month in a time zone: 3 requests from midnight on
+// the first, Paris time. ResetAfter (and so X-RateLimit-Reset) says when
+// the month ends there.
+func ExamplePerCalendar() {
+	paris, _ := time.LoadLocation("Europe/Paris")
+	clk := clock.NewManual(time.Date(2026, 10, 31, 22, 30, 0, 0, paris))
+	lim, err := hybrid.New(hybrid.Config{Clock: clk}) // or Mode: hybrid.Sync with Redis
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close(context.Background())
+
+	monthly := hybrid.PerCalendar(3, hybrid.Month, "Europe/Paris")
+	for range 4 {
+		d, _ := lim.Allow(context.Background(), "customer:7", monthly)
+		fmt.Printf("allowed=%v remaining=%d reset-after=%v\n", d.Allowed, d.Remaining, d.ResetAfter)
+	}
+	clk.Advance(90 * time.Minute) // November, in Paris
+	d, _ := lim.Allow(context.Background(), "customer:7", monthly)
+	fmt.Printf("allowed=%v remaining=%d reset-after=%v\n", d.Allowed, d.Remaining, d.ResetAfter)
+	// Output:
+	// allowed=true remaining=2 reset-after=1h30m0s
+	// allowed=true remaining=1 reset-after=1h30m0s
+	// allowed=true remaining=0 reset-after=1h30m0s
+	// allowed=false remaining=0 reset-after=1h30m0s
+	// allowed=true remaining=2 reset-after=720h0m0s
+}

@@ -92,7 +92,7 @@ func New(cfg Config) (*Limiter, error) {
 // connect builds the Redis side and makes first contact.
 func (l *Limiter) connect() error {
 	cfg := l.cfg
-	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow})
+	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow, Now: l.now})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
@@ -223,6 +223,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (D
 	}
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return Decision{}, fmt.Errorf("%w: %v cannot run in async mode (its exact log cannot be merged from summaries): use sync or local mode", ErrUnsupported, lim.Algorithm)
+	}
+	if lim.Calendar != limit.NoCalendar {
+		return Decision{}, errCalendarAsync(lim)
 	}
 	if l.engine.Degraded() {
 		return l.degraded(key, lim, n)

@@ -190,7 +190,9 @@ func TestReserveParityInRedis(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := range uint64(3) {
-				l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: fmt.Sprintf("parity:%s:%d:", c.name, seed)})
+				// A generous RedisTimeout: on a loaded machine a slow answer must
+				// not send a step to degraded mode; this test is about parity.
+				l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: fmt.Sprintf("parity:%s:%d:", c.name, seed), RedisTimeout: 5 * time.Second})
 				bad, err := rateparity.Run(rateparity.Ops(seed, c.opts), c.ref(), &syncSubject{l: l, lim: c.lim, queue: c.queue}, false)
 				require.NoError(t, err, "seed %d", seed)
 				assert.Empty(t, bad, "seed %d", seed)
@@ -210,7 +212,7 @@ func TestCancelDoesNotDoubleBookASlot(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			cfg := Config{Mode: mode, Clock: clock.NewManual(time.Unix(1_800_000_000, 0))}
 			if mode != LocalOnly {
-				cfg.Redis, cfg.Prefix, cfg.SyncInterval = srv.Client(t), "book:"+mode.String()+":", time.Hour
+				cfg.Redis, cfg.Prefix, cfg.SyncInterval, cfg.RedisTimeout = srv.Client(t), "book:"+mode.String()+":", time.Hour, 5*time.Second
 			}
 			l := newLimiter(t, cfg)
 			var rs []*Reservation

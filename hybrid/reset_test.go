@@ -47,8 +47,8 @@ func TestResetLocalOnly(t *testing.T) {
 func TestResetSync(t *testing.T) {
 	srv := redistest.Start(t)
 	lim := Per(4, time.Hour).WithAlgorithm(SlidingWindowLog)
-	a := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: "reset:"})
-	b := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: "reset:"})
+	a := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: "reset:", RedisTimeout: 5 * time.Second})
+	b := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Prefix: "reset:", RedisTimeout: 5 * time.Second})
 	exhaust(t, a, "k", lim)
 	admitted, _ := count(t, b, "k", lim, 1)
 	require.Zero(t, admitted)

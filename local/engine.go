@@ -50,6 +50,7 @@ type Engine struct {
 	mask   uint64
 	shards []shard
 	track  bool
+	zones  limit.Zones // calendar limits' time zones, loaded once
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -73,7 +74,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards), track: cfg.TrackSpend}
 	for i := range e.shards {
-		if err := e.shards[i].init(max(maxKeys/shards, 1)); err != nil {
+		if err := e.shards[i].init(max(maxKeys/shards, 1), &e.zones); err != nil {
 			return nil, fmt.Errorf("local: %w", err)
 		}
 	}
@@ -129,7 +130,7 @@ func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (res li
 	case limit.SlidingWindowLog:
 		slidingLog(&res, &en.st, sh.logOf(en), now, p, n, en.share)
 	}
-	if e.track && n > 0 {
+	if e.track && n > 0 && !p.calendar() { // see untracked
 		sh.record(key, en, n, res.Allowed)
 	}
 	sh.mu.Unlock()
@@ -157,11 +158,17 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 	if !lim.Algorithm.IsBucket() && lim.Algorithm != limit.SlidingWindowLog {
 		sh.rollWindow(key, en, sh.clamp(now))
 	}
-	if e.track && n > 0 {
+	if e.track && n > 0 && !en.pol.calendar() { // see untracked
 		sh.record(key, en, n, true)
 	}
 	return nil
 }
+
+// Calendar limits are untracked: their spend is never recorded for the
+// reconciler, whose Redis side counts windows of a fixed Period from the
+// epoch. The hybrid limiter decides them in Redis (Sync) or in memory alone
+// (LocalOnly, and Sync while degraded, whose spend Redis then never
+// learns).
 
 // Seed sets key's state from the global state g that Redis holds (on Redis's
 // timeline), expressed in this node's share s of the limit, with nodes the

@@ -34,15 +34,17 @@ type shard struct {
 	lookups  uint32 // counts lookups, to sample which ones refresh recency
 	keys     *lru.LRU[string, *entry]
 	policies map[limit.Limit]*policy
-	dirty    []dirtyRef  // entries with spend or demand since the last take
-	orphans  []Spend     // spend of a window that rolled over or a limit that changed
-	logs     []*eventLog // sliding window logs, by slot (entry.st[1]-1)
-	freeLogs []int64     // free slots of logs
-	_        [56]byte
+	dirty    []dirtyRef   // entries with spend or demand since the last take
+	orphans  []Spend      // spend of a window that rolled over or a limit that changed
+	zones    *limit.Zones // the engine's: resolves calendar limits' zones
+	logs     []*eventLog  // sliding window logs, by slot (entry.st[1]-1)
+	freeLogs []int64      // free slots of logs
+	_        [48]byte
 }
 
-func (sh *shard) init(size int) error {
+func (sh *shard) init(size int, zones *limit.Zones) error {
 	sh.policies = make(map[limit.Limit]*policy)
+	sh.zones = zones
 	keys, err := lru.NewLRU(size, sh.evicted)
 	sh.keys = keys
 	return err
@@ -78,35 +80,43 @@ func (sh *shard) lookup(key string, lim limit.Limit, s Share) (*entry, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
+	pol, err := sh.intern(lim)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
-		en = &entry{pol: sh.intern(lim), share: s}
+		en = &entry{pol: pol, share: s}
 		// A copy of its own: the caller's key may be a slice of a larger
 		// buffer that the limiter must not keep alive.
 		sh.keys.Add(strings.Clone(key), en)
 		return en, nil
 	}
 	old := en.pol.lim
-	if old.Algorithm != lim.Algorithm || old.Period != lim.Period {
+	if old.Algorithm != lim.Algorithm || old.Period != lim.Period || old.Calendar != lim.Calendar || old.Zone != lim.Zone {
 		sh.orphan(key, en)
 		sh.freeLog(en)
 		en.st = [3]int64{}
 	} else if lim.Algorithm.IsBucket() {
 		en.st[1] = 0 // a new rate: recompute the interval
 	}
-	en.pol = sh.intern(lim)
+	en.pol = pol
 	return en, nil
 }
 
-// intern returns the shard's shared policy for lim.
-func (sh *shard) intern(lim limit.Limit) *policy {
+// intern returns the shard's shared policy for lim, or why lim has none (a
+// calendar limit's unknown zone).
+func (sh *shard) intern(lim limit.Limit) (*policy, error) {
 	if p, ok := sh.policies[lim]; ok {
-		return p
+		return p, nil
 	}
-	p := newPolicy(lim)
+	p, err := newPolicy(lim, sh.zones)
+	if err != nil {
+		return nil, err
+	}
 	if len(sh.policies) < maxInternedPolicies {
 		sh.policies[lim] = p
 	}
-	return p
+	return p, nil
 }
 
 // logOf returns en's sliding window log, giving it a slot on first use.
@@ -140,9 +150,9 @@ func (sh *shard) fresh(en *entry, now int64) bool {
 	p := en.pol
 	switch p.lim.Algorithm {
 	case limit.FixedWindow:
-		return fixedFresh(&en.st, now, p.period)
+		return fixedFresh(&en.st, now, p)
 	case limit.SlidingWindowCounter:
-		return slidingFresh(&en.st, now, p.period)
+		return slidingFresh(&en.st, now, p)
 	case limit.SlidingWindowLog:
 		return en.st[1] == 0 || logFresh(sh.logs[en.st[1]-1], now, p.period)
 	default:
@@ -154,7 +164,7 @@ func (sh *shard) fresh(en *entry, now int64) bool {
 // of the window it leaves as an orphan for the reconciler. It returns the
 // window now falls in.
 func (sh *shard) rollWindow(key string, en *entry, now int64) int64 {
-	w := windowIndex(&en.st, now, en.pol.period)
+	w := windowIndex(&en.st, now, en.pol)
 	if w == en.st[0] {
 		return w
 	}

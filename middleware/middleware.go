@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -97,6 +98,7 @@ type core struct {
 
 	penalties penalties
 	pool      scratchPool
+	zones     limit.Zones // calendar limits' zones, for RateLimit-Policy
 }
 
 // handler is the middleware around one next handler.
@@ -268,12 +270,12 @@ func (m *core) check(ctx context.Context, h http.Header, sc *scratch, cost int64
 		case m.failClosed && d.Source == hybrid.Degraded:
 			return verdict{outcome: Unavailable, wait: d.RetryAfter, check: c, decision: d}
 		default:
-			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, sc.buf)
+			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, &m.zones, sc.buf)
 			return verdict{outcome: Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
 		}
 	}
 	if show >= 0 {
-		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, sc.buf)
+		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, &m.zones, sc.buf)
 	}
 	if shadowRule != "" {
 		return verdict{outcome: ShadowLimited, rule: shadowRule}

@@ -168,8 +168,19 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
-	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
-		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active)).Slice()
+	args := []any{int64(lim.Period / time.Microsecond), lim.Rate, n, sliding, ms(s.active)}
+	var loc *time.Location
+	var near [3]limit.Window // the node's window and its neighbours
+	if lim.Calendar != limit.NoCalendar {
+		var err error
+		if loc, err = s.zones.Load(lim.Zone); err != nil {
+			return Decision{}, err
+		}
+		cur := lim.WindowAt(s.now(), loc)
+		near = [3]limit.Window{lim.WindowOf(cur.Index-1, loc), cur, lim.WindowOf(cur.Index+1, loc)}
+		args = append(args, cur.Index, near[0].Start/1000, cur.Start/1000, cur.End/1000, near[2].End/1000)
+	}
+	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)}, args...).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
@@ -178,16 +189,35 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 		return Decision{}, classify("allow", key, err)
 	}
 	allowed, w, c, p, now := v[0] == 1, v[1], v[2], v[3], v[4]*1000
-	return Decision{Result: windowResult(lim, allowed, n, w, c, p, now), State: limit.State{Window: w, Count: c, Prev: p}, Now: now}, nil
+	win, nextEnd := lim.WindowOf(w, nil), lim.WindowOf(w+1, nil).End
+	if loc != nil {
+		win, nextEnd = calendarWindow(lim, loc, near, w)
+	}
+	return Decision{Result: windowResult(lim, allowed, n, c, p, now, win, nextEnd), State: limit.State{Window: w, Count: c, Prev: p}, Now: now}, nil
 }
 
-// windowResult derives a window algorithm's Result from its state at now.
-func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Result {
+// calendarWindow is the calendar window w, which the script took, and the
+// next one's end: among the windows near the node's, or computed.
+func calendarWindow(lim limit.Limit, loc *time.Location, near [3]limit.Window, w int64) (limit.Window, int64) {
+	for i, x := range near {
+		if x.Index == w {
+			if i < 2 {
+				return x, near[i+1].End
+			}
+			return x, lim.WindowOf(w+1, loc).End
+		}
+	}
+	return lim.WindowOf(w, loc), lim.WindowOf(w+1, loc).End
+}
+
+// windowResult derives a window algorithm's Result from its state at now,
+// in window win, followed by a window that ends at nextEnd.
+func windowResult(lim limit.Limit, allowed bool, n, c, p, now int64, win limit.Window, nextEnd int64) limit.Result {
 	res := limit.Result{Limit: lim, Allowed: allowed}
-	period := int64(lim.Period)
-	elapsed := min(max(now-w*period, 0), period-1)
+	period := win.End - win.Start
+	elapsed := min(max(now-win.Start, 0), period-1)
 	if lim.Algorithm == limit.FixedWindow {
-		end := (w+1)*period - now
+		end := win.End - now
 		if !allowed {
 			res.RetryAfter = time.Duration(end)
 		}
@@ -203,7 +233,7 @@ func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Re
 	res.Remaining = max(lim.Rate-ratemath.Weighted(p, c, elapsed, period), 0)
 	switch {
 	case c > 0:
-		res.ResetAfter = time.Duration(2*period - elapsed)
+		res.ResetAfter = time.Duration(nextEnd - win.Start - elapsed)
 	case p > 0:
 		res.ResetAfter = time.Duration(period - elapsed)
 	}

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/limit"
 )
 
 // Defaults for Options' zero fields.
@@ -45,6 +47,11 @@ type Options struct {
 	// ActiveWindow is how long a node counts as active, on a key and in the
 	// fleet, after it last reported. A zero ActiveWindow means 10 s.
 	ActiveWindow time.Duration
+	// Now is the node's clock aligned to Redis server TIME, in Unix ns: a
+	// calendar window is the one it falls in (and Redis takes a neighbour
+	// if TIME disagrees). Nil means the system clock, which serves as long
+	// as it is within a window of Redis's.
+	Now func() int64
 }
 
 // Store runs the limiter's scripts on Redis. It is safe for concurrent use
@@ -56,6 +63,8 @@ type Store struct {
 	active   time.Duration
 	fleetKey string
 	scripts  scripts
+	now      func() int64
+	zones    limit.Zones // calendar limits' time zones
 }
 
 // New returns a Store on client. It does no I/O: use Ping to check Redis.
@@ -84,6 +93,10 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if active < time.Millisecond {
 		return nil, fmt.Errorf("remote: active window %v is below 1ms", active)
 	}
+	now := opts.Now
+	if now == nil {
+		now = func() int64 { return time.Now().UnixNano() }
+	}
 	return &Store{
 		client:   client,
 		prefix:   prefix,
@@ -91,6 +104,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		active:   active,
 		fleetKey: prefix + "fleet",
 		scripts:  newScripts(),
+		now:      now,
 	}, nil
 }
 
