@@ -81,7 +81,8 @@ type Config struct {
 
 	// Observer is told of every check and every call, as the HTTP
 	// middleware's is (metrics.Recorder fits). RequestEvent.Client is the
-	// client key. Nil means none.
+	// client key, RequestEvent.Latency the time the interceptor took before
+	// the handler ran. Nil means none.
 	Observer middleware.Observer
 
 	// PenaltyClients bounds how many clients the rules' penalty remembers.

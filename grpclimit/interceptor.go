@@ -87,8 +87,9 @@ func New(cfg Config) (*Interceptors, error) {
 // its handler runs, with Config.Cost given the request message.
 func (ic *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := ic.started()
 		v := ic.evaluate(ctx, info.FullMethod, req)
-		if err := ic.answer(ctx, info.FullMethod, v, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
+		if err := ic.answer(ctx, info.FullMethod, v, start, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) }); err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -100,8 +101,9 @@ func (ic *Interceptors) Unary() grpc.UnaryServerInterceptor {
 func (ic *Interceptors) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
+		start := ic.started()
 		v := ic.evaluate(ctx, info.FullMethod, nil)
-		if err := ic.answer(ctx, info.FullMethod, v, ss.SetTrailer); err != nil {
+		if err := ic.answer(ctx, info.FullMethod, v, start, ss.SetTrailer); err != nil {
 			return err
 		}
 		return handler(srv, ss)
@@ -119,12 +121,21 @@ type verdict struct {
 	decision hybrid.Decision
 }
 
-// answer reports v to the Observer and returns the error a denied or failed
-// call ends with, nil for a call that may proceed. setTrailer sets the
-// call's trailer metadata.
-func (ic *Interceptors) answer(ctx context.Context, method string, v verdict, setTrailer func(metadata.MD)) error {
+// started is when a call's checks began, for the Observer: the zero Time
+// when there is none.
+func (ic *Interceptors) started() time.Time {
+	if ic.obs == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// answer reports v, whose checks began at start, to the Observer and
+// returns the error a denied or failed call ends with, nil for a call that
+// may proceed. setTrailer sets the call's trailer metadata.
+func (ic *Interceptors) answer(ctx context.Context, method string, v verdict, start time.Time, setTrailer func(metadata.MD)) error {
 	if ic.obs != nil {
-		ic.obs.ObserveRequest(middleware.RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client})
+		ic.obs.ObserveRequest(middleware.RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
 	}
 	switch v.outcome {
 	case middleware.Passed, middleware.ShadowLimited:
