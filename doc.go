@@ -21,8 +21,9 @@
 //   - sync (imported as reconcile): the background rounds that report spend
 //     and hand each node its share of the global remainder.
 //   - hybrid: the limiter a service uses, in Async, Sync or LocalOnly mode.
-//   - httpkey, rules, middleware, metrics: who a client is, which limits
-//     apply to it, net/http in front of the limiter, and Prometheus metrics.
+//   - httpkey, rules, middleware, grpclimit, metrics: who a client is, which
+//     limits apply to it, net/http and gRPC servers in front of the limiter,
+//     and Prometheus metrics.
 //   - upstream: a reverse proxy to one upstream with timeouts, a body limit
 //     and a circuit breaker, for the gateway.
 //

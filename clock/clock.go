@@ -28,6 +28,7 @@ func (Real) Now() time.Time { return time.Now() }
 // reads as the Unix epoch.
 type Manual struct {
 	ns atomic.Int64
+	w  waiters
 }
 
 // NewManual returns a manual clock reading t.
@@ -40,11 +41,17 @@ func NewManual(t time.Time) *Manual {
 // Now returns the clock's current reading.
 func (m *Manual) Now() time.Time { return time.Unix(0, m.ns.Load()) }
 
-// Set moves the clock to t, forwards or backwards.
-func (m *Manual) Set(t time.Time) { m.ns.Store(t.UnixNano()) }
+// Set moves the clock to t, forwards or backwards, and wakes the Afters
+// whose time has come.
+func (m *Manual) Set(t time.Time) {
+	m.ns.Store(t.UnixNano())
+	m.fire()
+}
 
-// Advance moves the clock by d (backwards when d is negative) and returns the
-// new reading.
+// Advance moves the clock by d (backwards when d is negative), wakes the
+// Afters whose time has come, and returns the new reading.
 func (m *Manual) Advance(d time.Duration) time.Time {
-	return time.Unix(0, m.ns.Add(int64(d)))
+	t := time.Unix(0, m.ns.Add(int64(d)))
+	m.fire()
+	return t
 }

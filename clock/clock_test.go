@@ -186,3 +186,46 @@ func TestOffsetNowConcurrentMonotonic(t *testing.T) {
 	close(stop)
 	<-writerDone
 }
+
+// A Manual clock's After fires when Set or Advance reaches its time, not
+// before, and a released one never fires.
+func TestManualAfter(t *testing.T) {
+	c := NewManual(time.Unix(100, 0))
+	a, _ := c.After(2 * time.Second)
+	b, stopB := c.After(time.Second)
+	now, _ := c.After(0)
+	assert.Equal(t, time.Unix(100, 0), <-now, "a zero wait fires at once")
+	assert.Equal(t, 2, c.Waiters())
+	stopB()
+	assert.Equal(t, 1, c.Waiters())
+	c.Advance(1999 * time.Millisecond)
+	select {
+	case <-a:
+		t.Fatal("fired early")
+	case <-b:
+		t.Fatal("a released wait fired")
+	default:
+	}
+	c.Set(time.Unix(103, 0))
+	assert.Equal(t, time.Unix(103, 0), <-a)
+	assert.Zero(t, c.Waiters())
+	c.Advance(time.Hour)
+	select {
+	case <-b:
+		t.Fatal("a released wait fired")
+	default:
+	}
+}
+
+// Real's After is a timer.
+func TestRealAfter(t *testing.T) {
+	ch, stop := Real{}.After(time.Millisecond)
+	defer stop()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("never fired")
+	}
+	_, stop2 := Real{}.After(time.Hour)
+	stop2()
+}

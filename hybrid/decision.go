@@ -39,22 +39,16 @@ type Decision struct {
 	Source Source
 }
 
-// Reservation is the outcome of Reserve: a Decision, and how long the
-// admitted request must wait for its turn in the leaky bucket's queue.
-type Reservation struct {
-	Decision
-	Delay time.Duration
-}
-
 // Errors callers branch on. A limit reached is a Decision, never an error;
 // Redis trouble is a Degraded decision, never an error.
 var (
 	// ErrClosed: the limiter was closed.
 	ErrClosed = errors.New("hybrid: limiter closed")
-	// ErrUnsupported: the limit's algorithm cannot run in the limiter's
-	// mode (the sliding window log needs Sync or LocalOnly: its exact log
-	// cannot be merged from summaries), or Reserve on an algorithm that does
-	// not queue.
+	// ErrUnsupported: the limit cannot run in the limiter's mode (the
+	// sliding window log and calendar windows need Sync or LocalOnly: Async
+	// reconciliation cannot merge an exact log from summaries, nor count
+	// calendar windows yet), or Reserve and Wait on a window algorithm,
+	// which cannot reserve.
 	ErrUnsupported = errors.New("hybrid: unsupported")
 	// ErrRedisUnavailable: New could not reach Redis (see
 	// Config.StartDegraded).

@@ -341,39 +341,6 @@ func TestCloseReportsWhatCouldNotBeFlushed(t *testing.T) {
 	assert.ErrorContains(t, err, "not reported")
 }
 
-func TestReserveAndWait(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, mode := range []Mode{LocalOnly, Async, Sync} {
-		t.Run(mode.String(), func(t *testing.T) {
-			cfg := Config{Mode: mode}
-			if mode != LocalOnly {
-				cfg.Redis = srv.Client(t)
-				cfg.Prefix = "wait:" + mode.String() + ":"
-			}
-			l := newLimiter(t, cfg)
-			lim := PerSecond(20).WithBurst(3).WithAlgorithm(LeakyBucket) // one per 50 ms, three queued
-			start := time.Now()
-			for range 3 {
-				require.NoError(t, l.Wait(bg, "q", lim, 1))
-			}
-			assert.GreaterOrEqual(t, time.Since(start), 90*time.Millisecond, "the third waited two intervals")
-
-			r, err := l.Reserve(bg, "q", lim, 1)
-			require.NoError(t, err)
-			assert.True(t, r.Allowed)
-			assert.Positive(t, r.Delay)
-
-			ctx, cancel := context.WithTimeout(bg, 10*time.Millisecond)
-			defer cancel()
-			err = l.Wait(ctx, "q", lim, 1)
-			assert.ErrorIs(t, err, context.DeadlineExceeded, "a wait past the deadline returns at once")
-
-			_, err = l.Reserve(bg, "q", PerSecond(10), 1)
-			assert.ErrorIs(t, err, ErrUnsupported)
-		})
-	}
-}
-
 func TestStats(t *testing.T) {
 	srv := redistest.Start(t)
 	l := newLimiter(t, Config{Redis: srv.Client(t), SyncInterval: 5 * time.Millisecond})

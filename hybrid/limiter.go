@@ -97,7 +97,7 @@ func New(cfg Config) (*Limiter, error) {
 func (l *Limiter) connect() error {
 	cfg := l.cfg
 	store, err := remote.New(cfg.Redis, remote.Options{Prefix: cfg.Prefix, Node: cfg.Node, ActiveWindow: cfg.ActiveWindow,
-		Lease: cfg.Lease, ShortLease: cfg.ShortLease, LedgerTTL: cfg.LedgerTTL})
+		Lease: cfg.Lease, ShortLease: cfg.ShortLease, LedgerTTL: cfg.LedgerTTL, Now: l.now})
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
@@ -241,6 +241,9 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (D
 	}
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return Decision{}, fmt.Errorf("%w: %v cannot run in async mode (its exact log cannot be merged from summaries): use sync or local mode", ErrUnsupported, lim.Algorithm)
+	}
+	if lim.Calendar != limit.NoCalendar {
+		return Decision{}, errCalendarAsync(lim)
 	}
 	if l.engine.Degraded() {
 		return l.degraded(key, lim, n)
@@ -421,83 +424,6 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 	}
 	res, err := l.engine.AllowDegraded(now, key, lim, n)
 	return Decision{Result: res, Source: Degraded}, err
-}
-
-// Reserve places a request of weight n for key in lim's leaky-bucket queue:
-// when admitted, the Reservation says how long to wait before proceeding.
-// lim must be a leaky bucket (else ErrUnsupported). Degraded decisions
-// reserve in memory.
-func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
-	if l.closed.Load() {
-		return Reservation{}, ErrClosed
-	}
-	if lim.Algorithm != limit.LeakyBucket {
-		return Reservation{}, fmt.Errorf("%w: reserve needs the leaky bucket, not %v", ErrUnsupported, lim.Algorithm)
-	}
-	if l.mode == Sync && l.breaker.State() != breaker.Open {
-		d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
-			return l.store.ReserveN(ctx, key, lim, n)
-		})
-		if err == nil {
-			l.keepWarm(key, lim, d)
-			return Reservation{Decision: Decision{Result: d.Result, Source: Remote}, Delay: d.Delay}, nil
-		}
-		if isCallerError(err) {
-			return Reservation{}, err
-		}
-	}
-	src := Local
-	if l.mode != LocalOnly && l.engine.Degraded() || l.mode == Sync {
-		src = Degraded
-	}
-	r, err := l.engine.ReserveN(l.now(), key, lim, n)
-	return Reservation{Decision: Decision{Result: r.Result, Source: src}, Delay: r.Delay}, err
-}
-
-// Wait blocks until a request of weight n for key may proceed under lim's
-// leaky-bucket queue, or ctx is done. It returns at once, without waiting,
-// when the wait would outlast ctx's deadline; a reservation abandoned because
-// ctx ended is given back to the queue.
-func (l *Limiter) Wait(ctx context.Context, key string, lim Limit, n int64) error {
-	for {
-		r, err := l.Reserve(ctx, key, lim, n)
-		if err != nil {
-			return err
-		}
-		wait := r.Delay
-		if !r.Allowed {
-			wait = r.RetryAfter
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			if r.Allowed {
-				l.cancel(key, lim, n, r.Source)
-			}
-			return fmt.Errorf("hybrid: waiting %v would exceed the context's deadline: %w", wait, context.DeadlineExceeded)
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				if r.Allowed {
-					l.cancel(key, lim, n, r.Source)
-				}
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		if r.Allowed {
-			return nil
-		}
-	}
-}
-
-// cancel gives back a reservation made in memory. One made in Redis stays
-// counted: Redis has no record of which reservation it was.
-func (l *Limiter) cancel(key string, lim Limit, n int64, src Source) {
-	if src != Remote {
-		_ = l.engine.CancelN(l.now(), key, lim, n)
-	}
 }
 
 // Close stops the limiter's background work and reports, in one last round,

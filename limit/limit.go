@@ -82,6 +82,7 @@ type Limit struct {
 	// window algorithms. Must be > 0; for the window algorithms, a whole
 	// number of microseconds (Redis TIME's resolution) and at most
 	// MaxWindowPeriod; for the buckets, Burst×Period/Rate is at most MaxSpan.
+	// It must be zero with a Calendar, whose unit is the window.
 	Period time.Duration
 	// Burst is the bucket capacity of TokenBucket (how many requests may pass
 	// at once) and the queue capacity of LeakyBucket's Reserve. Zero means
@@ -90,6 +91,18 @@ type Limit struct {
 	// Algorithm chooses how the limit is enforced. The zero value is
 	// TokenBucket.
 	Algorithm Algorithm
+	// Calendar, when set, makes the windows of FixedWindow or
+	// SlidingWindowCounter the days, weeks, months or years of the
+	// calendar in Zone (see Calendar), instead of Periods aligned to the
+	// Unix epoch: "1,000 a month, from the first in Paris". Period must
+	// then be zero. The zero value is NoCalendar. PerCalendar builds one.
+	Calendar Calendar
+	// Zone is the IANA name of the time zone of Calendar's windows, such
+	// as "Europe/Paris". Empty means UTC. It must be empty without a
+	// Calendar. Validate checks its form; whether the zone exists is known
+	// when it is loaded (Zones.Load), which an unknown one fails with
+	// ErrInvalidLimit.
+	Zone string
 }
 
 // Per returns a token bucket limit of rate requests per period, with a burst
@@ -104,6 +117,15 @@ func PerMinute(rate int64) Limit { return Per(rate, time.Minute) }
 
 // PerHour is shorthand for Per(rate, time.Hour).
 func PerHour(rate int64) Limit { return Per(rate, time.Hour) }
+
+// PerCalendar returns a fixed window limit of rate requests per calendar
+// unit (a day, week, month or year) in the time zone called zone ("" for
+// UTC): PerCalendar(1000, Month, "Europe/Paris") admits 1,000 requests from
+// midnight on the first of each month, Paris time. WithAlgorithm(
+// SlidingWindowCounter) weighs the previous unit as that algorithm does.
+func PerCalendar(rate int64, unit Calendar, zone string) Limit {
+	return Limit{Rate: rate, Algorithm: FixedWindow, Calendar: unit, Zone: zone}
+}
 
 // WithBurst returns a copy of l with the given burst.
 func (l Limit) WithBurst(burst int64) Limit { l.Burst = burst; return l }
@@ -146,6 +168,8 @@ func (l Limit) Validate() error {
 	switch {
 	case !l.Algorithm.valid():
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, l.Algorithm)
+	case l.Calendar != NoCalendar || l.Zone != "":
+		return l.validateCalendar()
 	case l.Rate <= 0:
 		return fmt.Errorf("%w: rate %d must be positive", ErrInvalidLimit, l.Rate)
 	case l.Period <= 0:
@@ -178,6 +202,27 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// validateCalendar is Validate for a limit with a Calendar or a Zone.
+func (l Limit) validateCalendar() error {
+	switch {
+	case int(l.Calendar) >= len(calendarNames):
+		return fmt.Errorf("%w: unknown calendar %d", ErrInvalidLimit, l.Calendar)
+	case l.Calendar == NoCalendar:
+		return fmt.Errorf("%w: zone %q set without a calendar unit", ErrInvalidLimit, l.Zone)
+	case l.Algorithm != FixedWindow && l.Algorithm != SlidingWindowCounter:
+		return fmt.Errorf("%w: calendar windows need fixed_window or sliding_window_counter, not %v", ErrInvalidLimit, l.Algorithm)
+	case l.Rate <= 0:
+		return fmt.Errorf("%w: rate %d must be positive", ErrInvalidLimit, l.Rate)
+	case l.Rate > MaxWindowRate:
+		return fmt.Errorf("%w: rate %d of %v exceeds %d", ErrInvalidLimit, l.Rate, l.Algorithm, int64(MaxWindowRate))
+	case l.Period != 0:
+		return fmt.Errorf("%w: period %v set on a calendar limit, whose window is a %v", ErrInvalidLimit, l.Period, l.Calendar)
+	case l.Burst != 0:
+		return fmt.Errorf("%w: burst %d set on %v, which has no burst", ErrInvalidLimit, l.Burst, l.Algorithm)
+	}
+	return checkZone(l.Zone)
+}
+
 // CheckN reports whether n is a request weight l can ever admit. n == 0 is a
 // valid "peek": the decision reports the state without spending.
 func (l Limit) CheckN(n int64) error {
@@ -190,8 +235,16 @@ func (l Limit) CheckN(n int64) error {
 	return nil
 }
 
-// String describes l as "100/1s burst 20 token_bucket".
+// String describes l as "100/1s burst 20 token_bucket", or for a calendar
+// limit "1000/month Europe/Paris fixed_window".
 func (l Limit) String() string {
+	if l.Calendar != NoCalendar {
+		zone := l.Zone
+		if zone == "" {
+			zone = "UTC"
+		}
+		return fmt.Sprintf("%d/%v %s %v", l.Rate, l.Calendar, zone, l.Algorithm)
+	}
 	if l.Algorithm.IsBucket() {
 		return fmt.Sprintf("%d/%v burst %d %v", l.Rate, l.Period, l.Capacity(), l.Algorithm)
 	}

@@ -21,13 +21,21 @@ type Result struct {
 	ResetAfter time.Duration
 }
 
-// Reservation is the outcome of a Reserve on the leaky bucket as a queue:
-// the request is admitted, but must wait Delay before it proceeds.
+// Reservation is the outcome of a Reserve on a bucket: on the token bucket,
+// a request admitted now or later, as golang.org/x/time/rate's ReserveN
+// gives; on the leaky bucket, a place in its queue. Allowed reports whether
+// the reservation was made (x/time/rate's OK); when it was not, RetryAfter
+// says when it would be.
 type Reservation struct {
 	Result
-	// Delay is how long the admitted request must wait for its turn. Zero
-	// when it may proceed at once or when it was not admitted.
+	// Delay is how long the admitted request must wait, from At, before it
+	// proceeds. Zero when it may proceed at once or when it was not
+	// admitted.
 	Delay time.Duration
+	// At is when the reservation was decided, in Unix ns on the deciding
+	// clock: the request may act at At + Delay. Cancelling the
+	// reservation needs it.
+	At int64
 }
 
 // State is the raw state of one key under one algorithm, in the units the

@@ -133,29 +133,34 @@ func TestLeakyBucketQueue(t *testing.T) {
 		{1000 * ms, true, 0, 0},
 	}
 	for i, w := range want {
-		r, err := e.ReserveN(at(w.at), "q", lim, 1)
+		r, err := e.ReserveN(at(w.at), "q", lim, 1, time.Hour)
 		require.NoError(t, err)
 		assert.Equal(t, w.allowed, r.Allowed, "step %d", i)
 		assert.Equal(t, w.delay, r.Delay, "step %d delay", i)
 		assert.Equal(t, w.retry, r.RetryAfter, "step %d retry", i)
 	}
 
-	// Cancelling gives the place back to the queue.
+	// Cancelling the last place gives it back to the queue.
 	e2 := newEngine(t, Config{})
+	var last limit.Reservation
 	for range 3 {
-		_, err := e2.ReserveN(t0, "q", lim, 1)
+		var err error
+		last, err = e2.ReserveN(t0, "q", lim, 1, time.Hour)
 		require.NoError(t, err)
 	}
-	r, _ := e2.ReserveN(t0, "q", lim, 1)
+	r, _ := e2.ReserveN(t0, "q", lim, 1, time.Hour)
 	require.False(t, r.Allowed)
-	require.NoError(t, e2.CancelN(t0, "q", lim, 1))
-	r, _ = e2.ReserveN(t0, "q", lim, 1)
+	gave, err := e2.CancelN(t0, "q", lim, 1, last.At+int64(last.Delay))
+	require.NoError(t, err)
+	assert.True(t, gave)
+	r, _ = e2.ReserveN(t0, "q", lim, 1, time.Hour)
 	assert.True(t, r.Allowed)
 	assert.Equal(t, 200*ms, r.Delay)
 
-	_, err := e.ReserveN(t0, "q", limit.PerSecond(10), 1)
-	assert.ErrorIs(t, err, ErrNotQueue)
-	assert.ErrorIs(t, e.CancelN(t0, "q", limit.PerSecond(10), 1), ErrNotQueue)
+	_, err = e.ReserveN(t0, "q", limit.PerSecond(10).WithAlgorithm(limit.FixedWindow), 1, time.Hour)
+	assert.ErrorIs(t, err, ErrNotBucket)
+	_, err = e.CancelN(t0, "q", limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowCounter), 1, t0)
+	assert.ErrorIs(t, err, ErrNotBucket)
 }
 
 func TestFixedWindow(t *testing.T) {

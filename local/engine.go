@@ -79,6 +79,7 @@ type Engine struct {
 	keys     atomic.Int64  // states held, extras included
 	evicted  lazySketch    // made on the first eviction of a key not yet fresh
 	dropped  atomic.Uint64 // spend dropped because a shard's orphans were full
+	zones    limit.Zones   // calendar limits' time zones, loaded once
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -136,7 +137,7 @@ func New(cfg Config) (*Engine, error) {
 		track: cfg.TrackSpend, spendDue: cfg.SpendDue, maxKeys: int64(maxKeys)}
 	e.evicted.width = maxKeys / 4
 	for i := range e.shards {
-		if err := e.shards[i].init(e, perShard); err != nil {
+		if err := e.shards[i].init(e, perShard, &e.zones); err != nil {
 			return nil, fmt.Errorf("local: %w", err)
 		}
 	}
@@ -233,7 +234,7 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	case limit.SlidingWindowLog:
 		slidingLog(&res, &en.st, sh.logOf(en), now, p, n, en.share)
 	}
-	if e.track && n > 0 {
+	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)
 	}
 	sh.mu.Unlock()
@@ -272,73 +273,9 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 	if !lim.Algorithm.IsBucket() && lim.Algorithm != limit.SlidingWindowLog {
 		sh.rollWindow(key, en, now)
 	}
-	if e.track && n > 0 {
+	if e.track && n > 0 && !en.pol.calendar() {
 		sh.record(key, en, n, true, true, now)
 	}
-	return nil
-}
-
-// ErrNotQueue is returned by ReserveN and CancelN for a limit whose algorithm
-// is not limit.LeakyBucket, the only one that queues.
-var ErrNotQueue = errors.New("local: reserve needs the leaky bucket")
-
-// ReserveN places a request of weight n for key in lim's leaky-bucket queue
-// at now. When the queue has room the request is admitted (and spent) and the
-// Reservation says how long it must wait for its turn; when it is full the
-// request is not admitted and RetryAfter says when it would be.
-func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64) (limit.Reservation, error) {
-	if lim.Algorithm != limit.LeakyBucket {
-		return limit.Reservation{}, fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
-	}
-	if err := limit.CheckKey(key); err != nil {
-		return limit.Reservation{}, err
-	}
-	h := e.hash(key)
-	sh := e.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.sealed {
-		return limit.Reservation{}, ErrSealed
-	}
-	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
-	if err == nil {
-		err = en.pol.checkN(n)
-	}
-	if err != nil {
-		return limit.Reservation{}, err
-	}
-	now = sh.clamp(now)
-	degraded := e.degraded.Load()
-	if degraded {
-		en.setShare(e.degradedShare())
-	}
-	r := leakyQueue(&en.st, now, en.pol, n, en.share)
-	if e.track && n > 0 {
-		sh.record(key, en, n, r.Allowed, degraded, now)
-	}
-	return r, nil
-}
-
-// CancelN gives back a reservation of weight n that will not be used, so the
-// requests queued behind it move up. Spend the reconciler has already taken
-// stays counted globally.
-func (e *Engine) CancelN(now int64, key string, lim limit.Limit, n int64) error {
-	if lim.Algorithm != limit.LeakyBucket {
-		return fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
-	}
-	if n <= 0 || limit.CheckKey(key) != nil {
-		return nil
-	}
-	h := e.hash(key)
-	sh := e.shardOf(h)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	en := sh.peek(key, lim)
-	if en == nil {
-		return nil
-	}
-	cancelReservation(&en.st, sh.clamp(now), en.pol, n, en.share)
-	en.spent = uint32(max(int64(en.spent)-n, 0))
 	return nil
 }
 
@@ -446,7 +383,7 @@ func (e *Engine) Contest(now int64, key string, lim limit.Limit, on bool, s Shar
 	defer sh.mu.Unlock()
 	en := sh.peek(key, lim)
 	if en == nil && on && restore {
-		if _, _, spent := e.evicted.bound(limitHash(h, lim), sh.clamp(now)); spent {
+		if _, _, spent := e.evicted.bound(limitHash(h, lim), sh.at(now)); spent {
 			en, _ = sh.lookup(key, h, lim, Share(e.newKey.Load()))
 		}
 	}

@@ -340,3 +340,72 @@ func TestRecordNRecordsSpendOnly(t *testing.T) {
 	assert.ErrorIs(t, e.RecordN(t0, "k", lim, 11), limit.ErrExceedsCapacity)
 	assert.ErrorIs(t, e.RecordN(t0, "", lim, 1), limit.ErrInvalidKey)
 }
+
+// Forget drops a key's state and its untaken spend: the key starts afresh
+// and the reconciler is not told of what it spent before.
+func TestForget(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	tb := limit.PerSecond(10).WithBurst(2)
+	fw := limit.PerMinute(2).WithAlgorithm(limit.FixedWindow)
+	log := limit.PerMinute(2).WithAlgorithm(limit.SlidingWindowLog)
+	for _, k := range []struct {
+		key string
+		lim limit.Limit
+	}{{"a", tb}, {"b", fw}, {"c", log}, {"keep", tb}} {
+		for range 3 {
+			_, err := e.AllowN(t0, k.key, k.lim, 1)
+			require.NoError(t, err)
+		}
+	}
+	// A limit change orphans the window's spend: that goes too.
+	_, err := e.AllowN(t0, "b", limit.PerMinute(2).WithAlgorithm(limit.SlidingWindowCounter), 1)
+	require.NoError(t, err)
+	_, err = e.AllowN(t0, "b", fw, 1)
+	require.NoError(t, err)
+
+	assert.True(t, e.Forget("a", tb))
+	assert.True(t, e.Forget("b", fw))
+	assert.True(t, e.Forget("c", log))
+	assert.False(t, e.Forget("keep", tb.WithAlgorithm(limit.LeakyBucket)), "held under another algorithm")
+	assert.False(t, e.Forget("keep", limit.PerSecond(20).WithBurst(2)), "held under another limit")
+	assert.False(t, e.Forget("nobody", tb))
+	assert.False(t, e.Forget("", tb))
+
+	spent := map[string]int64{}
+	for _, s := range e.TakeSpend(nil) {
+		spent[s.Key+" "+s.Limit.Algorithm.String()] += s.Spent
+	}
+	assert.Equal(t, map[string]int64{"keep token_bucket": 2, "b sliding_window_counter": 1}, spent,
+		"only the kept key's spend, and the other algorithm's orphan")
+	for _, k := range []struct {
+		key string
+		lim limit.Limit
+	}{{"a", tb}, {"b", fw}, {"c", log}} {
+		res, err := e.AllowN(t0, k.key, k.lim, 2)
+		require.NoError(t, err)
+		assert.True(t, res.Allowed, "%s starts afresh", k.key)
+	}
+	res, _ := e.AllowN(t0, "keep", tb, 1)
+	assert.False(t, res.Allowed)
+}
+
+// The reconciler's bookkeeping runs on its own reading of the clock, which
+// may be ahead of the deciders' (before its first round trip aligned them to
+// Redis's): taking spend at a later time must not hold the deciders' clock
+// there, buckets frozen until they catch up.
+func TestBookkeepingDoesNotAdvanceDecisionTime(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true})
+	lim := limit.PerSecond(10).WithBurst(1)
+	res, err := e.AllowN(t0, "k", lim, 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	later := t0 + int64(time.Hour)
+	e.TakeDue(later, nil)
+	e.TakeKey(later, "k", lim, nil)
+	e.TakeSpend(nil)
+	e.Sweep(later, 0)
+	res, _ = e.AllowN(t0, "k", lim, 1)
+	assert.False(t, res.Allowed, "the bucket is empty at t0")
+	res, _ = e.AllowN(t0+int64(100*time.Millisecond), "k", lim, 1)
+	assert.True(t, res.Allowed, "and refills as the deciders' clock moves")
+}

@@ -7,8 +7,9 @@ import (
 )
 
 // The fixed window counts requests in windows aligned to the Unix epoch
-// (window index = now / Period), so every node and Redis agree on where a
-// window starts. Counts are kept scaled: C = share × (the node's estimate of
+// (window index = now / Period), or to the calendar in a zone
+// (limit.Limit.WindowAt), so every node and Redis agree on where a window
+// starts. Counts are kept scaled: C = share × (the node's estimate of
 // the global count), so the whole share counts one request as ShareOne, and a
 // request of weight n fits while C + n×ShareOne <= share × Rate.
 //
@@ -19,14 +20,13 @@ import (
 
 // windowIndex returns the window now falls in, never earlier than the one the
 // state already holds: time that goes backwards does not reopen a window.
-func windowIndex(st *[3]int64, now int64, period int64) int64 {
-	return max(now/period, st[0])
+func windowIndex(st *[3]int64, now int64, p *policy) int64 {
+	return max(p.index(now), st[0])
 }
 
 // fixedWindow decides a request of weight n at now into res. The caller has
 // rolled the state to now's window.
 func fixedWindow(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, s Share) {
-	period := p.period
 	budget := int64(s) * p.lim.Rate
 	cost := n * int64(ShareOne)
 	// A request heavier than this node's share passes only in an empty window.
@@ -35,7 +35,7 @@ func fixedWindow(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	if allowed {
 		st[1] += cost
 	}
-	end := (st[0] + 1) * period
+	_, end := p.bounds(st[0])
 	if !allowed {
 		res.RetryAfter = time.Duration(end - now)
 	}
@@ -66,5 +66,5 @@ func seedFixed(st *[3]int64, w int64, s Share, g limit.State, pending int64) {
 	}
 }
 
-// windowFresh reports whether a window state is empty at now.
-func fixedFresh(st *[3]int64, now, period int64) bool { return now/period > st[0] || st[1] == 0 }
+// fixedFresh reports whether a window state is empty at now.
+func fixedFresh(st *[3]int64, now int64, p *policy) bool { return p.index(now) > st[0] || st[1] == 0 }

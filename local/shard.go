@@ -51,11 +51,13 @@ type shard struct {
 	maxOrph  int         // orphans kept before spend is dropped (and counted)
 	logs     []*eventLog // sliding window logs, by slot (entry.st[1]-1)
 	freeLogs []int64     // free slots of logs
-	_        [32]byte
+	zones    *limit.Zones // the engine's: resolves calendar limits' zones
+	_        [24]byte
 }
 
-func (sh *shard) init(e *Engine, size int) error {
+func (sh *shard) init(e *Engine, size int, zones *limit.Zones) error {
 	sh.e = e
+	sh.zones = zones
 	sh.policies = make(map[limit.Limit]*policy)
 	sh.extras = make(map[string][]*entry)
 	sh.maxOrph = max(4*size, 1024)
@@ -64,7 +66,8 @@ func (sh *shard) init(e *Engine, size int) error {
 	return err
 }
 
-// clamp returns now, or the shard's latest time if now is earlier.
+// clamp returns now, or the shard's latest time if now is earlier, and
+// advances the shard's time: what a decision (or a change of state) does.
 func (sh *shard) clamp(now int64) int64 {
 	if now < sh.now {
 		return sh.now
@@ -72,6 +75,13 @@ func (sh *shard) clamp(now int64) int64 {
 	sh.now = now
 	return now
 }
+
+// at is clamp without advancing the shard's time: for the reconciler's
+// bookkeeping (taking spend, sweeping), whose clock may run ahead of the
+// deciders' before its first round trip to Redis has aligned them. A
+// bookkeeping call that advanced it would hold every decision on the shard
+// at that time, buckets frozen, until the deciders' clock caught up.
+func (sh *shard) at(now int64) int64 { return max(now, sh.now) }
 
 // lookup returns the entry of (key, lim), creating it in share s if absent.
 // A new entry starts fresh, unless the sketch of evicted keys says the key
@@ -103,7 +113,11 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
-	x := &entry{pol: sh.intern(lim), share: s}
+	pol, err := sh.intern(lim)
+	if err != nil {
+		return nil, err
+	}
+	x := &entry{pol: pol, share: s}
 	if c := sh.e.claimed.Load(); c != nil && sh.e.track {
 		if g, contested := (*c)(key, lim); contested {
 			x.set(flagContested)
@@ -147,7 +161,7 @@ func (sh *shard) restore(en *entry, h uint64, now int64) {
 	case limit.TokenBucket, limit.LeakyBucket:
 		en.st[0] = min(now+int64(frac*float64(p.tolerance)), freshAt)
 	case limit.FixedWindow, limit.SlidingWindowCounter:
-		w := now / p.period
+		w := p.index(now)
 		en.st[0] = w
 		c := int64(frac*float64(p.lim.Rate)+0.999999) * int64(en.share)
 		if p.lim.Algorithm == limit.FixedWindow {
@@ -166,16 +180,20 @@ func (sh *shard) restore(en *entry, h uint64, now int64) {
 	}
 }
 
-// intern returns the shard's shared policy for lim.
-func (sh *shard) intern(lim limit.Limit) *policy {
+// intern returns the shard's shared policy for lim, or why lim has none (a
+// calendar limit's unknown zone).
+func (sh *shard) intern(lim limit.Limit) (*policy, error) {
 	if p, ok := sh.policies[lim]; ok {
-		return p
+		return p, nil
 	}
-	p := newPolicy(lim)
+	p, err := newPolicy(lim, sh.zones)
+	if err != nil {
+		return nil, err
+	}
 	if len(sh.policies) < maxInternedPolicies {
 		sh.policies[lim] = p
 	}
-	return p
+	return p, nil
 }
 
 // logOf returns en's sliding window log, giving it a slot on first use.
@@ -210,17 +228,18 @@ func (sh *shard) freshness(en *entry, now int64) (freshAt int64, frac float64) {
 	p := en.pol
 	switch p.lim.Algorithm {
 	case limit.FixedWindow:
-		if fixedFresh(&en.st, now, p.period) {
+		if fixedFresh(&en.st, now, p) {
 			return 0, 0
 		}
-		return (en.st[0] + 1) * p.period, float64(en.st[1]) / float64(int64(en.share)*p.lim.Rate)
+		_, end := p.bounds(en.st[0])
+		return end, float64(en.st[1]) / float64(int64(en.share)*p.lim.Rate)
 	case limit.SlidingWindowCounter:
-		if slidingFresh(&en.st, now, p.period) {
+		if slidingFresh(&en.st, now, p) {
 			return 0, 0
 		}
-		end := (en.st[0] + 1) * p.period
+		_, end := p.bounds(en.st[0])
 		if en.st[2] > 0 {
-			end += p.period
+			_, end = p.bounds(en.st[0] + 1)
 		}
 		return end, float64(en.st[1]+en.st[2]) / float64(int64(en.share)*p.lim.Rate)
 	case limit.SlidingWindowLog:
@@ -252,7 +271,7 @@ func (sh *shard) fresh(en *entry, now int64) bool {
 // of the window it leaves as an orphan for the reconciler. It returns the
 // window now falls in.
 func (sh *shard) rollWindow(key string, en *entry, now int64) int64 {
-	w := windowIndex(&en.st, now, en.pol.period)
+	w := windowIndex(&en.st, now, en.pol)
 	if w == en.st[0] {
 		return w
 	}

@@ -39,9 +39,14 @@ func rollSliding(st *[3]int64, w int64) (old int64, rolled bool) {
 
 // slidingCounter decides a request of weight n at now into res. The caller
 // has rolled the state to now's window.
+//
+// A calendar window's length varies (a month of 28 to 31 days, a day of 23
+// to 25 hours): the previous window is weighed by how much of the current
+// window's length, reaching back from now, still overlaps it.
 func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, s Share) {
-	period := p.period
-	elapsed := min(max(now-st[0]*period, 0), period-1)
+	start, end := p.bounds(st[0])
+	period := end - start
+	elapsed := min(max(now-start, 0), period-1)
 	budget := int64(s) * p.lim.Rate
 	cost := n * int64(ShareOne)
 	w := ratemath.Weighted(st[1], st[2], elapsed, period)
@@ -55,6 +60,9 @@ func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int
 	}
 	res.Remaining = max(budget-w, 0) / int64(ShareOne)
 	switch {
+	case st[2] > 0 && p.calendar(): // the current count weighs until the next window ends
+		_, nextEnd := p.bounds(st[0] + 1)
+		res.ResetAfter = time.Duration(nextEnd - start - elapsed)
 	case st[2] > 0:
 		res.ResetAfter = time.Duration(2*period - elapsed)
 	case st[1] > 0:
@@ -76,7 +84,7 @@ func seedSliding(st *[3]int64, w int64, s Share, g limit.State, pending int64) {
 }
 
 // slidingFresh reports whether a sliding counter is empty at now.
-func slidingFresh(st *[3]int64, now, period int64) bool {
-	w := now / period
+func slidingFresh(st *[3]int64, now int64, p *policy) bool {
+	w := p.index(now)
 	return w > st[0]+1 || (w == st[0]+1 && st[2] == 0) || (st[1] == 0 && st[2] == 0)
 }

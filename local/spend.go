@@ -51,7 +51,7 @@ func (e *Engine) TakeDue(now int64, dst []Spend) []Spend {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		t := sh.clamp(now)
+		t := sh.at(now)
 		for _, d := range sh.due {
 			if d.en.has(flagDue) {
 				dst = e.take(dst, d.key, d.en, t)
@@ -106,7 +106,7 @@ func (e *Engine) TakeKey(now int64, key string, lim limit.Limit, dst []Spend) []
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if en := sh.peek(key, lim); en != nil && (en.spent != 0 || en.hits != 0 || en.has(flagPressure)) {
-		dst = e.take(dst, key, en, sh.clamp(now))
+		dst = e.take(dst, key, en, sh.at(now))
 	}
 	return dst
 }
@@ -146,7 +146,7 @@ func (e *Engine) Sweep(now int64, perShard int) int {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		t := sh.clamp(now)
+		t := sh.at(now)
 		for range perShard {
 			key, en, ok := sh.keys.GetOldest()
 			if !ok || en.has(flagDue|flagContested|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {

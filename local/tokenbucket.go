@@ -14,7 +14,9 @@ import (
 // passing is the refill, so nothing fractional is ever rounded away.
 //
 // State words: st[0] is the TAT (Unix ns); st[1] caches the emission interval
-// scaled by the entry's share (0 means "recompute").
+// scaled by the entry's share (0 means "recompute"); st[2] is when the latest
+// admitted request acts (Unix ns), which cancelling a reservation needs
+// (reserve.go).
 //
 // Under a share s the interval grows to T/s while the tolerance stays
 // Burst×T, so the node's allowance is s times the estimate's remaining and
@@ -44,6 +46,7 @@ func tokenBucket(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	switch {
 	case allowed:
 		st[0] = newTAT
+		st[2] = now
 		tat = newTAT
 	case heavy:
 		res.RetryAfter = time.Duration(tat - now)

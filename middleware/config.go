@@ -76,6 +76,18 @@ type Config struct {
 	// response; the next handler is not called.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 
+	// OnDenied answers a request the middleware turns away: limited (429),
+	// banned or blocked by the penalty (403), or refused because the
+	// limiter fails closed while Redis is down (503). The Denial says which,
+	// with the status, code and Retry-After the default answer would use,
+	// and for a limited request the check and decision that denied it.
+	// Before OnDenied runs, the middleware has set the rate-limit headers
+	// of a limited request (Config.Headers) and Retry-After (every denial
+	// but a ban); OnDenied writes the status and the body, and may change
+	// or delete any header. Nil means DefaultOnDenied. The next handler is
+	// not called.
+	OnDenied func(w http.ResponseWriter, r *http.Request, d Denial)
+
 	// Observer is told of every check and every request, for metrics. Nil
 	// means none.
 	Observer Observer

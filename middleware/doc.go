@@ -37,6 +37,12 @@
 // and is sent on every 429 and 503 and on a penalty's 403, whatever
 // Config.Headers says.
 //
+// Config.OnDenied replaces these answers to denied requests with a
+// service's own (ulule/limiter's LimitReachedHandler): it gets a Denial
+// saying what happened, which check denied the request and with what
+// decision, and writes the status and body, the headers being already set.
+// DefaultOnDenied is the default answer.
+//
 // # Headers
 //
 // Config.Headers chooses the families: the de facto X-RateLimit-Limit,
@@ -64,7 +70,9 @@
 //     algorithms (token and leaky bucket) q is the burst (Capacity) and w the
 //     time an empty bucket takes to refill completely (Capacity × Period /
 //     Rate); for the window algorithms (fixed window, sliding
-//     window log and counter) q is the rate and w the period. w is in whole
+//     window log and counter) q is the rate and w the period, or for a
+//     calendar quota the length of the day, week, month or year the request
+//     falls in. w is in whole
 //     seconds, rounded up, at least 1: the draft has no sub-second windows,
 //     so a sub-second limit announces more time than it takes. No partition
 //     key (pk) is sent: the client keys may hold API keys and user ids.

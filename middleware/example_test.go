@@ -199,3 +199,54 @@ func ExampleDefaultOnError() {
 	// 400 Bad Request
 	// {"error":"bad_request","message":"The request's client key is malformed."}
 }
+
+// OnDenied shapes the answer to a denied request: here an RFC 9457 problem
+// document. The rate-limit headers and Retry-After are already set when it
+// runs; it writes the status and the body.
+func ExampleConfig_onDenied() {
+	lim, err := hybrid.New(hybrid.Config{Clock: clock.NewManual(time.Unix(1_800_000_000, 0))})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close(context.Background())
+	rs, err := rules.Compile(&rules.Config{Default: &rules.Rule{Requests: 1, Window: time.Minute}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit, err := middleware.New(middleware.Config{
+		Limiter: lim,
+		Rules:   middleware.StaticRules(rs),
+		OnDenied: func(w http.ResponseWriter, r *http.Request, d middleware.Denial) {
+			if d.Outcome != middleware.Limited {
+				middleware.DefaultOnDenied(w, r, d) // bans and fail-closed answers as usual
+				return
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(d.Status)
+			fmt.Fprintf(w, `{"type":"https://example.com/probs/quota","title":"Quota exceeded","detail":"%d of %d per minute used; retry in %v."}`+"\n",
+				d.Check.Limit.Rate-d.Decision.Remaining, d.Check.Limit.Rate, d.RetryAfter)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(limit(http.NotFoundHandler()))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+
+	for range 2 {
+		resp, err := srv.Client().Get(srv.URL + "/orders")
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%s (%s) Retry-After=%q\n", resp.Status, resp.Header.Get("Content-Type"), resp.Header.Get("Retry-After"))
+		fmt.Print(string(body))
+	}
+	// Output:
+	// 404 Not Found (text/plain; charset=utf-8) Retry-After=""
+	// 404 page not found
+	// 429 Too Many Requests (application/problem+json) Retry-After="60"
+	// {"type":"https://example.com/probs/quota","title":"Quota exceeded","detail":"1 of 1 per minute used; retry in 1m0s."}
+}

@@ -29,10 +29,11 @@ const maxHeaders = 5
 
 // setHeaders sets on h the rate-limit fields fam chooses, describing
 // checks[show] decided as ds[show] at now, and, in RateLimit-Policy, every
-// live check. On a denial the effective window t is wait, the Retry-After.
-// It appends the values to buf and returns it; all the values share one
-// string, and all the header slices one array.
-func setHeaders(h http.Header, fam Headers, checks []rules.Check, ds []hybrid.Decision, show int, denied bool, wait time.Duration, now time.Time, buf []byte) []byte {
+// live check (a calendar limit's window being the one now falls in, its
+// zone loaded through zones). On a denial the effective window t is wait,
+// the Retry-After. It appends the values to buf and returns it; all the
+// values share one string, and all the header slices one array.
+func setHeaders(h http.Header, fam Headers, checks []rules.Check, ds []hybrid.Decision, show int, denied bool, wait time.Duration, now time.Time, zones *limit.Zones, buf []byte) []byte {
 	if fam == NoHeaders {
 		return buf
 	}
@@ -62,7 +63,7 @@ func setHeaders(h http.Header, fam Headers, checks []rules.Check, ds []hybrid.De
 				buf = append(buf, ", "...)
 			}
 			first = false
-			buf = appendPolicy(buf, pc.Rule, pc.Limit)
+			buf = appendPolicy(buf, pc.Rule, pc.Limit, now, zones)
 		}
 		next(headerPolicy)
 		t := ceilSeconds(d.ResetAfter)
@@ -112,10 +113,15 @@ func resetUnix(now time.Time, after time.Duration) int64 {
 // announces for l. For the bucket algorithms q is the burst (l.Capacity())
 // and w the time an empty bucket takes to refill completely (Capacity ×
 // Period / Rate, rounded up to the nanosecond); for the window algorithms q
-// is the rate and w the period. RateLimit-Policy writes w in whole seconds,
-// rounded up, at least 1. An invalid l (a rate or period not positive) gives
-// a zero w.
+// is the rate and w the period, or for a calendar limit its unit's nominal
+// length (limit.Calendar.Nominal: RateLimit-Policy itself announces the
+// length of the calendar window the request falls in). RateLimit-Policy
+// writes w in whole seconds, rounded up, at least 1. An invalid l (a rate
+// or period not positive) gives a zero w.
 func PolicyQuota(l limit.Limit) (q int64, w time.Duration) {
+	if l.Calendar != limit.NoCalendar {
+		return l.Rate, l.Calendar.Nominal()
+	}
 	if !l.Algorithm.IsBucket() {
 		return l.Rate, l.Period
 	}
@@ -135,9 +141,15 @@ func PolicyQuota(l limit.Limit) (q int64, w time.Duration) {
 }
 
 // appendPolicy appends a Quota Policy Item of RateLimit-Policy:
-// "name";q=Q;w=W.
-func appendPolicy(b []byte, name string, l limit.Limit) []byte {
+// "name";q=Q;w=W. A calendar limit's w is the length of its window that
+// holds now: a day of 23 hours, a month of 28 days.
+func appendPolicy(b []byte, name string, l limit.Limit, now time.Time, zones *limit.Zones) []byte {
 	q, w := PolicyQuota(l)
+	if l.Calendar != limit.NoCalendar {
+		if loc, err := zones.Load(l.Zone); err == nil { // the limiter loaded it already
+			w = l.WindowAt(now.UnixNano(), loc).Len()
+		}
+	}
 	b = appendSFString(b, name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, clampSF(q), 10)

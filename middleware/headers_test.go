@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -160,14 +161,50 @@ func TestPolicyQuota(t *testing.T) {
 		{"sliding window log", limit.PerHour(10).WithAlgorithm(limit.SlidingWindowLog), 10, time.Hour, `"p";q=10;w=3600`},
 		{"sliding window counter", limit.Per(50, 1500*time.Millisecond).WithAlgorithm(limit.SlidingWindowCounter), 50, 1500 * time.Millisecond, `"p";q=50;w=2`},
 		{"sub-second window", limit.Per(5, 100*time.Millisecond).WithAlgorithm(limit.FixedWindow), 5, 100 * time.Millisecond, `"p";q=5;w=1`},
+		// On 2026-02-10: the window is February, 28 days, not the nominal 30.
+		{"a month", limit.PerCalendar(1000, limit.Month, "Europe/Paris"), 1000, 30 * 24 * time.Hour, `"p";q=1000;w=2419200`},
+		// On the day the clocks go forward in Paris: 23 hours.
+		{"a day", limit.PerCalendar(10, limit.Day, "Europe/Paris"), 10, 24 * time.Hour, `"p";q=10;w=82800`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, w := PolicyQuota(tc.limit)
 			assert.Equal(t, tc.q, q)
 			assert.Equal(t, tc.w, w)
-			assert.Equal(t, tc.field, string(appendPolicy(nil, "p", tc.limit)))
+			now := time.Date(2026, 2, 10, 12, 0, 0, 0, time.UTC)
+			if tc.limit.Calendar == limit.Day {
+				now = time.Date(2026, 3, 29, 12, 0, 0, 0, time.UTC)
+			}
+			var zones limit.Zones
+			assert.Equal(t, tc.field, string(appendPolicy(nil, "p", tc.limit, now, &zones)))
 		})
 	}
+}
+
+// A calendar quota's headers announce its window: X-RateLimit-Reset and
+// RateLimit's t count to the next midnight in its zone, RateLimit-Policy's
+// w is the day's length.
+func TestCalendarHeaders(t *testing.T) {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	require.NoError(t, err)
+	at := time.Date(2026, 6, 10, 21, 30, 0, 0, tokyo) // 2 h 30 min before midnight in Tokyo
+	lim, _ := manualLimiter(t, at)
+	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+  default: {requests: 2, window: day, zone: Asia/Tokyo}
+`))})
+	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, tokyo)
+	first := get(t, srv, "/")
+	assert.Equal(t, map[string]string{
+		"X-RateLimit-Limit":     "2",
+		"X-RateLimit-Remaining": "1",
+		"X-RateLimit-Reset":     fmt.Sprint(midnight.Unix()),
+		"RateLimit-Policy":      `"default";q=2;w=86400`,
+		"RateLimit":             `"default";r=1;t=9000`,
+	}, rateHeaders(first.Header))
+	get(t, srv, "/")
+	denied := get(t, srv, "/")
+	assert.Equal(t, http.StatusTooManyRequests, denied.Status)
+	assert.Equal(t, "9000", denied.Header.Get("Retry-After"), "until midnight in Tokyo")
+	assert.Equal(t, fmt.Sprint(midnight.Unix()), denied.Header.Get("X-RateLimit-Reset"))
 }
 
 func TestSFString(t *testing.T) {

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"path"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -46,6 +48,7 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 		cost:       cfg.Cost,
 		headers:    cfg.Headers,
 		onError:    cfg.OnError,
+		onDenied:   cfg.OnDenied,
 		obs:        cfg.Observer,
 		log:        cfg.Logger,
 		failClosed: cfg.Limiter.Fallback() == hybrid.FailClosed,
@@ -63,6 +66,9 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	}
 	if m.onError == nil {
 		m.onError = m.defaultOnError
+	}
+	if m.onDenied == nil {
+		m.onDenied = DefaultOnDenied
 	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
@@ -85,12 +91,14 @@ type core struct {
 	cost       func(*http.Request) int64
 	headers    Headers
 	onError    func(http.ResponseWriter, *http.Request, error)
+	onDenied   func(http.ResponseWriter, *http.Request, Denial)
 	obs        Observer
 	log        *slog.Logger
 	failClosed bool
 
 	penalties penalties
 	pool      scratchPool
+	zones     limit.Zones // calendar limits' zones, for RateLimit-Policy
 }
 
 // handler is the middleware around one next handler.
@@ -106,6 +114,10 @@ type verdict struct {
 	client  string        // the client key, once known
 	wait    time.Duration // Retry-After of a 429, 503 or penalty 403
 	err     error         // why it Failed
+	// The check that answered a Limited or Unavailable request, and its
+	// decision.
+	check    rules.Check
+	decision hybrid.Decision
 }
 
 // ServeHTTP checks the request and then answers it or calls the next
@@ -123,19 +135,31 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch v.outcome {
 	case Passed, ShadowLimited:
 		h.next.ServeHTTP(w, r)
-	case Limited:
-		writeLimited(w, v.wait)
-	case Banned:
-		if v.rule == RulePenalty {
-			writePenalty(w, v.wait)
-		} else {
-			writeBanned(w)
+	case Limited, Banned, Unavailable:
+		d := v.denial()
+		if d.Outcome != Banned || d.Rule == RulePenalty {
+			w.Header().Set(headerRetryAfter, strconv.FormatInt(retrySeconds(d.RetryAfter), 10))
 		}
-	case Unavailable:
-		writeUnavailable(w, v.wait)
+		m.onDenied(w, r, d)
 	default:
 		m.onError(w, r, v.err)
 	}
+}
+
+// denial describes a Limited, Banned or Unavailable verdict for OnDenied.
+func (v *verdict) denial() Denial {
+	d := Denial{Outcome: v.outcome, Rule: v.rule, Client: v.client, RetryAfter: v.wait, Check: v.check, Decision: v.decision}
+	switch {
+	case v.outcome == Limited:
+		d.Status, d.Code = http.StatusTooManyRequests, CodeRateLimited
+	case v.outcome == Unavailable:
+		d.Status, d.Code, d.Rule = http.StatusServiceUnavailable, CodeUnavailable, v.check.Rule
+	case v.rule == RulePenalty:
+		d.Status, d.Code = http.StatusForbidden, CodePenalty
+	default:
+		d.Status, d.Code = http.StatusForbidden, CodeBanned
+	}
+	return d
 }
 
 // evaluate decides the request, and sets the rate-limit headers when the
@@ -244,14 +268,14 @@ func (m *core) check(ctx context.Context, h http.Header, sc *scratch, cost int64
 				show = i
 			}
 		case m.failClosed && d.Source == hybrid.Degraded:
-			return verdict{outcome: Unavailable, wait: d.RetryAfter}
+			return verdict{outcome: Unavailable, wait: d.RetryAfter, check: c, decision: d}
 		default:
-			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, sc.buf)
-			return verdict{outcome: Limited, rule: c.Rule, wait: d.RetryAfter}
+			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, &m.zones, sc.buf)
+			return verdict{outcome: Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
 		}
 	}
 	if show >= 0 {
-		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, sc.buf)
+		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, &m.zones, sc.buf)
 	}
 	if shadowRule != "" {
 		return verdict{outcome: ShadowLimited, rule: shadowRule}

@@ -90,27 +90,6 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body) // a client gone away is not the middleware's error
 }
 
-// writeLimited answers 429 Too Many Requests.
-func writeLimited(w http.ResponseWriter, wait time.Duration) {
-	writeRetry(w, http.StatusTooManyRequests, CodeRateLimited, "Too many requests.", wait)
-}
-
-// writeUnavailable answers 503 Service Unavailable: the limiter fails closed
-// while Redis is down.
-func writeUnavailable(w http.ResponseWriter, wait time.Duration) {
-	writeRetry(w, http.StatusServiceUnavailable, CodeUnavailable, "Rate limiting is temporarily unavailable.", wait)
-}
-
-// writePenalty answers 403 Forbidden to a client under a penalty block.
-func writePenalty(w http.ResponseWriter, wait time.Duration) {
-	writeRetry(w, http.StatusForbidden, CodePenalty, "Too many requests were refused; this client is blocked for a while.", wait)
-}
-
-// writeBanned answers 403 Forbidden to a banned address.
-func writeBanned(w http.ResponseWriter) {
-	writeJSON(w, http.StatusForbidden, []byte(bodyBanned))
-}
-
 // DefaultOnError is what the middleware does with a request it could not
 // check when Config.OnError is nil (it also logs a 500 to Config.Logger): it
 // answers 400 Bad Request for a malformed client key (err wraps

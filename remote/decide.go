@@ -42,14 +42,17 @@ type Known struct {
 	Now      int64
 }
 
-// ErrNotQueue is returned by ReserveN for a limit that is not a leaky bucket.
-var ErrNotQueue = errors.New("remote: reserve needs the leaky bucket")
+// ErrNotBucket is returned by ReserveN and CancelN for a limit whose
+// algorithm is not a bucket: the window algorithms cannot reserve.
+var ErrNotBucket = errors.New("remote: reserve needs the token or leaky bucket")
 
 // GCRA modes of gcra.lua.
 const (
 	modeToken = iota
 	modeMeter
 	modeQueue
+	modeTokenReserve
+	modeCancel
 )
 
 // AllowN decides, in one script on Redis, whether a request of weight n for
@@ -71,9 +74,9 @@ func (s *Store) AllowNKnown(ctx context.Context, key string, lim limit.Limit, n 
 	}
 	switch lim.Algorithm {
 	case limit.TokenBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeToken, k)
+		return s.gcra(ctx, "allow", key, lim, n, modeToken, k, 0, 0)
 	case limit.LeakyBucket:
-		return s.gcra(ctx, "allow", key, lim, n, modeMeter, k)
+		return s.gcra(ctx, "allow", key, lim, n, modeMeter, k, 0, 0)
 	case limit.SlidingWindowLog:
 		return s.log(ctx, key, lim, n)
 	default:
@@ -81,16 +84,48 @@ func (s *Store) AllowNKnown(ctx context.Context, key string, lim limit.Limit, n 
 	}
 }
 
-// ReserveN places a request of weight n in key's leaky-bucket queue on Redis:
-// when admitted, the Decision's Delay says how long it must wait its turn.
-func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
-	if lim.Algorithm != limit.LeakyBucket {
-		return Decision{}, fmt.Errorf("%w, not %v", ErrNotQueue, lim.Algorithm)
+// ReserveN reserves, in one script on Redis, a request of weight n for key
+// under lim, if it can act within maxWait (at most limit.MaxSpan: a longer
+// or negative one is cut to that range), as golang.org/x/time/rate's
+// ReserveN does: on the token bucket the bucket goes into debt; on the
+// leaky bucket the request takes a place in the queue, which must have
+// room. When admitted, the Decision's Delay says how long it must wait from
+// its Now.
+func (s *Store) ReserveN(ctx context.Context, key string, lim limit.Limit, n int64, maxWait time.Duration) (Decision, error) {
+	if !lim.Algorithm.IsBucket() {
+		return Decision{}, fmt.Errorf("%w, not %v", ErrNotBucket, lim.Algorithm)
 	}
 	if err := check(key, lim, n); err != nil {
 		return Decision{}, err
 	}
-	return s.gcra(ctx, "reserve", key, lim, n, modeQueue, Known{})
+	mode := modeTokenReserve
+	if lim.Algorithm == limit.LeakyBucket {
+		mode = modeQueue
+	}
+	return s.gcra(ctx, "reserve", key, lim, n, mode, Known{}, int64(min(max(maxWait, 0), limit.MaxSpan)), 0)
+}
+
+// CancelN gives back, in one script on Redis, a reservation of weight n for
+// key under lim that was to act at act (Unix ns on Redis's clock: its
+// Decision's Now + Delay), as x/time/rate's Reservation.CancelAt does:
+// nothing once act has passed, else its n intervals less the time later
+// reservations already count on. It reports whether anything was given
+// back; the Decision holds the key's state after it.
+func (s *Store) CancelN(ctx context.Context, key string, lim limit.Limit, n, act int64) (bool, Decision, error) {
+	if !lim.Algorithm.IsBucket() {
+		return false, Decision{}, fmt.Errorf("%w, not %v", ErrNotBucket, lim.Algorithm)
+	}
+	if err := check(key, lim, n); err != nil {
+		return false, Decision{}, err
+	}
+	us, ns := act/1000, act%1000
+	if ns < 0 {
+		us, ns = us-1, ns+1000
+	}
+	d, err := s.gcra(ctx, "cancel", key, lim, n, modeCancel, Known{}, us, ns)
+	gave := d.Allowed
+	d.Allowed = false
+	return gave, d, err
 }
 
 func check(key string, lim limit.Limit, n int64) error {
@@ -103,14 +138,16 @@ func check(key string, lim limit.Limit, n int64) error {
 	return lim.CheckN(n)
 }
 
-func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, k Known) (Decision, error) {
+// gcra runs gcra.lua in mode, with what the caller knows (k) and the mode's
+// two arguments a9 and a10 (see the script).
+func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, k Known, a9, a10 int64) (Decision, error) {
 	est := int64(0)
 	if k.Estimate.TAT > k.Now && k.Now > 0 {
 		est = k.Estimate.TAT - k.Now
 	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
-		interval, tau, n, mode, ms(s.active), s.node, k.Seq, est).Slice()
+		interval, tau, n, mode, ms(s.active), s.node, k.Seq, est, a9, a10).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -131,8 +168,24 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 		if after == 0 {
 			d.Remaining = 1
 		}
-	case allowed && mode == modeQueue:
-		d.Delay = time.Duration(before)
+	case mode == modeCancel:
+	case mode == modeQueue:
+		fits := before+cost <= tau
+		switch {
+		case allowed:
+			d.Delay = time.Duration(before)
+		case !fits:
+			d.RetryAfter = time.Duration(max(before+cost-tau, before-a9))
+		default:
+			d.RetryAfter = time.Duration(before - a9)
+		}
+	case mode == modeTokenReserve:
+		wait := max(before+cost-tau, 0)
+		if allowed {
+			d.Delay = time.Duration(wait)
+		} else {
+			d.RetryAfter = time.Duration(wait - a9)
+		}
 	case !allowed:
 		d.RetryAfter = time.Duration(before + cost - tau)
 	}
@@ -148,9 +201,20 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
-	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
-		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, k.Seq,
-		k.Estimate.Window, max(k.Estimate.Count, 0), max(k.Estimate.Prev, 0)).Slice()
+	args := []any{int64(lim.Period / time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, k.Seq,
+		k.Estimate.Window, max(k.Estimate.Count, 0), max(k.Estimate.Prev, 0)}
+	var loc *time.Location
+	var near [3]limit.Window // the node's window and its neighbours
+	if lim.Calendar != limit.NoCalendar {
+		var err error
+		if loc, err = s.zones.Load(lim.Zone); err != nil {
+			return Decision{}, err
+		}
+		cur := lim.WindowAt(s.now(), loc)
+		near = [3]limit.Window{lim.WindowOf(cur.Index-1, loc), cur, lim.WindowOf(cur.Index+1, loc)}
+		args = append(args, cur.Index, near[0].Start/1000, cur.Start/1000, cur.End/1000, near[2].End/1000)
+	}
+	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)}, args...).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
@@ -159,17 +223,36 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 		return Decision{}, classify("allow", key, err)
 	}
 	allowed, w, c, p, now := v[0] == 1, v[1], v[2], v[3], v[4]*1000
-	return Decision{Result: windowResult(lim, allowed, n, w, c, p, now), State: limit.State{Window: w, Count: c, Prev: p}, Now: now,
+	win, nextEnd := lim.WindowOf(w, nil), lim.WindowOf(w+1, nil).End
+	if loc != nil {
+		win, nextEnd = calendarWindow(lim, loc, near, w)
+	}
+	return Decision{Result: windowResult(lim, allowed, n, c, p, now, win, nextEnd), State: limit.State{Window: w, Count: c, Prev: p}, Now: now,
 		Lost: len(vals) > 5 && vals[5] == int64(1)}, nil
 }
 
-// windowResult derives a window algorithm's Result from its state at now.
-func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Result {
+// calendarWindow is the calendar window w, which the script took, and the
+// next one's end: among the windows near the node's, or computed.
+func calendarWindow(lim limit.Limit, loc *time.Location, near [3]limit.Window, w int64) (limit.Window, int64) {
+	for i, x := range near {
+		if x.Index == w {
+			if i < 2 {
+				return x, near[i+1].End
+			}
+			return x, lim.WindowOf(w+1, loc).End
+		}
+	}
+	return lim.WindowOf(w, loc), lim.WindowOf(w+1, loc).End
+}
+
+// windowResult derives a window algorithm's Result from its state at now,
+// in window win, followed by a window that ends at nextEnd.
+func windowResult(lim limit.Limit, allowed bool, n, c, p, now int64, win limit.Window, nextEnd int64) limit.Result {
 	res := limit.Result{Limit: lim, Allowed: allowed}
-	period := int64(lim.Period)
-	elapsed := min(max(now-w*period, 0), period-1)
+	period := win.End - win.Start
+	elapsed := min(max(now-win.Start, 0), period-1)
 	if lim.Algorithm == limit.FixedWindow {
-		end := (w+1)*period - now
+		end := win.End - now
 		if !allowed {
 			res.RetryAfter = time.Duration(end)
 		}
@@ -185,7 +268,7 @@ func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Re
 	res.Remaining = max(lim.Rate-ratemath.Weighted(p, c, elapsed, period), 0)
 	switch {
 	case c > 0:
-		res.ResetAfter = time.Duration(2*period - elapsed)
+		res.ResetAfter = time.Duration(nextEnd - win.Start - elapsed)
 	case p > 0:
 		res.ResetAfter = time.Duration(period - elapsed)
 	}
@@ -239,7 +322,8 @@ func ints(vals []any, want int) ([]int64, error) {
 // request a reconcile report decided (Report.Heavy).
 func ResultAt(lim limit.Limit, st limit.State, now, n int64, allowed bool) limit.Result {
 	if !lim.Algorithm.IsBucket() {
-		return windowResult(lim, allowed, n, st.Window, st.Count, st.Prev, now)
+		// Async decides no calendar limit: windows are epoch-aligned.
+		return windowResult(lim, allowed, n, st.Count, st.Prev, now, lim.WindowOf(st.Window, nil), lim.WindowOf(st.Window+1, nil).End)
 	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	level := max(st.TAT-now, 0)

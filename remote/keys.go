@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -61,11 +62,19 @@ func asyncKey(prefix string, lim limit.Limit, key string) string {
 }
 
 // limitTag names a limit within a key: its rate, period and, for the
-// buckets, burst, exactly ("100/1s/20").
+// buckets, burst, exactly ("100/1s/20"); a calendar limit's rate, unit and
+// zone ("1000/month@Europe/Paris").
 func limitTag(lim limit.Limit) string {
 	var buf [64]byte
 	b := strconv.AppendInt(buf[:0], lim.Rate, 10)
 	b = append(b, '/')
+	if lim.Calendar != limit.NoCalendar {
+		// "1000/month@Europe/Paris": the zone is part of the limit.
+		b = append(b, lim.Calendar.String()...)
+		b = append(b, '@')
+		b = append(b, cmp.Or(lim.Zone, "UTC")...)
+		return string(b)
+	}
 	b = append(b, lim.Period.String()...)
 	if lim.Algorithm.IsBucket() {
 		b = append(b, '/')

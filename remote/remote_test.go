@@ -241,8 +241,10 @@ func TestFaultsAreTypedErrors(t *testing.T) {
 		assert.ErrorIs(t, err, limit.ErrInvalidKey)
 		_, err = s.AllowN(bg, "k", limit.PerSecond(-1), 1)
 		assert.ErrorIs(t, err, limit.ErrInvalidLimit)
-		_, err = s.ReserveN(bg, "k", lim, 1)
-		assert.ErrorIs(t, err, ErrNotQueue)
+		_, err = s.ReserveN(bg, "k", lim.WithAlgorithm(limit.FixedWindow), 1, time.Second)
+		assert.ErrorIs(t, err, ErrNotBucket)
+		_, _, err = s.CancelN(bg, "k", lim.WithAlgorithm(limit.SlidingWindowLog), 1, 0)
+		assert.ErrorIs(t, err, ErrNotBucket)
 	})
 }
 

@@ -64,6 +64,11 @@ type Options struct {
 	// per key reported in that time. A zero LedgerTTL means 1 hour; it is
 	// never shorter than the active window.
 	LedgerTTL time.Duration
+	// Now is the node's clock aligned to Redis server TIME, in Unix ns: a
+	// calendar window is the one it falls in (and Redis takes a neighbour
+	// if TIME disagrees). Nil means the system clock, which serves as long
+	// as it is within a window of Redis's.
+	Now func() int64
 }
 
 // Store runs the limiter's scripts on Redis. It is safe for concurrent use
@@ -78,6 +83,8 @@ type Store struct {
 	ledgerTTL time.Duration
 	fleetKeys [5]string
 	scripts   scripts
+	now       func() int64
+	zones     limit.Zones // calendar limits' time zones
 }
 
 // New returns a Store on client. It does no I/O: use Ping to check Redis.
@@ -117,6 +124,10 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if lease < time.Millisecond || short < time.Millisecond || short > lease {
 		return nil, fmt.Errorf("remote: lease %v and short lease %v must be at least 1ms, short at most lease", lease, short)
 	}
+	now := opts.Now
+	if now == nil {
+		now = func() int64 { return time.Now().UnixNano() }
+	}
 	return &Store{
 		client:    client,
 		prefix:    prefix,
@@ -127,6 +138,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		ledgerTTL: max(cmpOr(opts.LedgerTTL, DefaultLedgerTTL), active),
 		fleetKeys: fleetKeyNames(prefix),
 		scripts:   newScripts(),
+		now:       now,
 	}, nil
 }
 

@@ -65,10 +65,21 @@ type Config struct {
 type Rule struct {
 	// Requests is how many requests the rule admits per Window. Must be > 0.
 	Requests int64
-	// Window is the period Requests is spread over. Must be > 0. YAML: a
-	// number of seconds (decimals allowed) or a Go duration string ("1m").
+	// Window is the period Requests is spread over. Must be > 0, unless
+	// Calendar is set. YAML: a number of seconds (decimals allowed) or a Go
+	// duration string ("1m"); or a calendar unit (day, week, month, year),
+	// which sets Calendar instead.
 	Window time.Duration
-	// Algorithm enforces the rule. The zero value is limit.TokenBucket.
+	// Calendar, when set, makes the rule's windows the days, weeks, months
+	// or years of the calendar in Zone (limit.Calendar); Window must then
+	// be zero, and Algorithm fixed_window or sliding_window_counter. YAML:
+	// window: month. The zero value is none.
+	Calendar limit.Calendar
+	// Zone is the IANA time zone of Calendar's windows ("Europe/Paris");
+	// empty means UTC. Validate checks that the zone exists. YAML: zone.
+	Zone string
+	// Algorithm enforces the rule. The zero value is limit.TokenBucket; in
+	// YAML, a rule with a calendar window and no algorithm is fixed_window.
 	Algorithm limit.Algorithm
 	// Burst is the bucket capacity of the bucket algorithms; zero means
 	// Requests. It must be zero for the window algorithms, which have none.
@@ -82,7 +93,7 @@ type Rule struct {
 
 // Limit returns the limit.Limit the rule enforces.
 func (r Rule) Limit() limit.Limit {
-	return limit.Limit{Rate: r.Requests, Period: r.Window, Burst: r.Burst, Algorithm: r.Algorithm}
+	return limit.Limit{Rate: r.Requests, Period: r.Window, Burst: r.Burst, Algorithm: r.Algorithm, Calendar: r.Calendar, Zone: r.Zone}
 }
 
 // PenaltyConfig configures a Penalty: after Strikes strikes (times a client
@@ -120,7 +131,7 @@ type origin struct {
 }
 
 type ruleOrigins struct {
-	rule, requests, window, algorithm, burst origin
+	rule, requests, window, algorithm, burst, zone origin
 }
 
 type penaltyOrigins struct {

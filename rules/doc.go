@@ -33,6 +33,14 @@
 //	  penalty: {strikes: 3, within: 60, base: 10, max: 3600}
 //	  priority: {reserve: 0.2}  # fraction of every limit normal traffic may not use
 //
+// A window may also be a calendar unit, day, week (Monday to Monday), month
+// or year, with an optional zone (an IANA name; UTC by default): a quota
+// aligned to the calendar there, fixed_window unless the rule names
+// sliding_window_counter, the only other algorithm with calendar windows:
+//
+//	tiers:
+//	  free: {requests: 10000, window: month, zone: Europe/Paris}   # from the 1st, midnight Paris time
+//
 // Every block but rate_limits is optional, and a null value reads as absent.
 // A rule needs requests and window. Unknown fields, duplicate keys, YAML
 // merge keys, and an empty file are errors. Every error names its line,

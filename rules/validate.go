@@ -7,6 +7,9 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
 )
 
 // Validate reports every problem with c (up to MaxErrors) as ConfigErrors
@@ -82,9 +85,18 @@ func (r *Rule) validate(p *problems, path string) bool {
 		p.add(r.at.requests, path+".requests", "must be positive, got %s", shown(r.at.requests, r.Requests))
 		ok = false
 	}
-	if !r.at.window.bad && r.Window <= 0 {
+	if !r.at.window.bad && r.Window <= 0 && r.Calendar == limit.NoCalendar {
 		p.add(r.at.window, path+".window", "must be positive, got %s", shown(r.at.window, r.Window))
 		ok = false
+	}
+	if r.Zone != "" {
+		if r.Calendar == limit.NoCalendar {
+			p.add(r.at.zone, path+".zone", "a zone needs a calendar window (day, week, month or year), got window %s", shown(r.at.window, r.Window))
+			ok = false
+		} else if _, err := time.LoadLocation(r.Zone); err != nil {
+			p.add(r.at.zone, path+".zone", "unknown time zone %q", r.Zone)
+			ok = false
+		}
 	}
 	if !r.at.burst.bad {
 		switch {

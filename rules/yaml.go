@@ -301,19 +301,19 @@ func (w *walker) ruleMap(n *yaml.Node, path string) map[string]Rule {
 	return m
 }
 
-const ruleFields = "requests, window, algorithm, burst, shadow"
+const ruleFields = "requests, window, zone, algorithm, burst, shadow"
 
 // rule reads one rule. key is the node naming it, whose position the rule's
 // cross-field errors report.
 func (w *walker) rule(key, n *yaml.Node, path string) Rule {
 	r := Rule{at: ruleOrigins{rule: at(key)}}
 	r.at.rule.raw = ""
-	var hasRequests, hasWindow bool
+	var hasRequests, hasWindow, hasAlgorithm bool
 	ok := w.fields(n, path, func(name string, k, v *yaml.Node) {
 		fp := join(path, name)
 		if v == nil {
 			switch name {
-			case "requests", "window", "algorithm", "burst", "shadow":
+			case "requests", "window", "zone", "algorithm", "burst", "shadow":
 			default:
 				w.unknown(k, fp, ruleFields)
 			}
@@ -325,8 +325,19 @@ func (w *walker) rule(key, n *yaml.Node, path string) Rule {
 			r.Requests, r.at.requests = w.int(v, fp)
 		case "window":
 			hasWindow = true
+			if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+				if c, err := limit.ParseCalendar(v.Value); err == nil {
+					r.Calendar, r.at.window = c, at(v)
+					return
+				}
+			}
 			r.Window, r.at.window = w.seconds(v, fp)
+		case "zone":
+			if w.scalar(v, fp, "a time zone name") {
+				r.Zone, r.at.zone = v.Value, at(v)
+			}
 		case "algorithm":
+			hasAlgorithm = true
 			r.Algorithm, r.at.algorithm = w.algorithm(v, fp)
 		case "burst":
 			r.Burst, r.at.burst = w.int(v, fp)
@@ -352,6 +363,9 @@ func (w *walker) rule(key, n *yaml.Node, path string) Rule {
 	if !hasWindow {
 		w.p.add(r.at.rule, join(path, "window"), "required")
 		r.at.window.bad = true
+	}
+	if r.Calendar != limit.NoCalendar && !hasAlgorithm {
+		r.Algorithm = limit.FixedWindow // a quota per calendar unit
 	}
 	return r
 }

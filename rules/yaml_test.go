@@ -540,3 +540,36 @@ func TestConfigValidateInCode(t *testing.T) {
 	_, err = Compile(&Config{Global: &Rule{Requests: 10, Window: time.Nanosecond * 1500, Algorithm: limit.FixedWindow}})
 	require.ErrorIs(t, err, limit.ErrInvalidLimit)
 }
+
+// A window may be a calendar unit, in a zone: a quota per day, week, month
+// or year, fixed_window unless the rule says otherwise.
+func TestParseCalendarWindow(t *testing.T) {
+	cfg, err := Parse([]byte(`rate_limits:
+  default: {requests: 1000, window: month, zone: Europe/Paris}
+  per_user: {requests: 50, window: Day, algorithm: sliding_window_counter}
+  tiers:
+    free: {requests: 100000, window: year, zone: America/New_York}
+`))
+	require.NoError(t, err)
+	assert.Equal(t, limit.PerCalendar(1000, limit.Month, "Europe/Paris"), cfg.Default.Limit())
+	assert.Equal(t, limit.PerCalendar(50, limit.Day, "").WithAlgorithm(limit.SlidingWindowCounter), cfg.PerUser.Limit())
+	assert.Equal(t, limit.PerCalendar(100000, limit.Year, "America/New_York"), cfg.Tiers["free"].Limit())
+	_, err = Compile(cfg)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		yaml, path, msg string
+		line            int
+	}{
+		{"rate_limits:\n  default: {requests: 10, window: month, zone: Mars/Olympus}\n", "rate_limits.default.zone", `unknown time zone "Mars/Olympus"`, 2},
+		{"rate_limits:\n  default: {requests: 10, window: 60, zone: Europe/Paris}\n", "rate_limits.default.zone", "a zone needs a calendar window", 2},
+		{"rate_limits:\n  default: {requests: 10, window: week, algorithm: token_bucket}\n", "rate_limits.default", "calendar windows need fixed_window or sliding_window_counter", 2},
+		{"rate_limits:\n  default: {requests: 10, window: fortnight}\n", "rate_limits.default.window", "fortnight", 2},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		errs := configErrors(t, err)
+		assert.Equal(t, tc.path, errs[0].Path, "%v", err)
+		assert.Equal(t, tc.line, errs[0].Line, "%v", err)
+		assert.Contains(t, errs[0].Msg, tc.msg)
+	}
+}

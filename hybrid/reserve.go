@@ -1,0 +1,324 @@
+package hybrid
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/breaker"
+	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/remote"
+)
+
+// InfDuration is what Reservation.DelayFrom returns for a reservation that
+// was not made, as golang.org/x/time/rate's.
+const InfDuration = time.Duration(math.MaxInt64)
+
+// Reservation is the outcome of Reserve and ReserveN: a request admitted
+// now or later, with golang.org/x/time/rate's semantics. Allowed (or OK)
+// reports whether it was made; Delay is how long the holder must wait
+// before acting; Cancel gives it back if the holder will not act.
+//
+// The Decision holds the key's state after the reservation: Remaining,
+// ResetAfter, and when it was not made, RetryAfter (when a reservation of
+// the same weight would be made). A Reservation is safe for concurrent use.
+type Reservation struct {
+	Decision
+	// Delay is how long the holder must wait, from the moment the
+	// reservation was made, before acting. Zero for a reservation that was
+	// not made.
+	Delay time.Duration
+
+	l        *Limiter
+	key      string
+	lim      Limit
+	n        int64
+	at       int64 // when it was made, Unix ns on the deciding clock
+	canceled atomic.Bool
+}
+
+// OK reports whether the reservation was made: Allowed.
+func (r *Reservation) OK() bool { return r.Allowed }
+
+// TimeToAct returns when the holder may act, on the limiter's clock
+// (Limiter.Now, aligned to Redis server TIME). The zero Time for a
+// reservation that was not made.
+func (r *Reservation) TimeToAct() time.Time {
+	if !r.Allowed {
+		return time.Time{}
+	}
+	return time.Unix(0, r.at+int64(r.Delay))
+}
+
+// DelayFrom returns how long the holder must still wait at t, a time on the
+// limiter's clock (Limiter.Now): zero when it may act, InfDuration when the
+// reservation was not made.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	if !r.Allowed {
+		return InfDuration
+	}
+	return max(time.Duration(r.at+int64(r.Delay)-t.UnixNano()), 0)
+}
+
+// Cancel tells the limiter that the holder will not act, and gives back as
+// much of the reservation as x/time/rate's Reservation.Cancel does: nothing
+// once it could act, else its tokens less those that reservations made
+// after it already count on. So a request queued behind a cancelled one
+// never shares its slot with one made after the cancel.
+//
+// Cancel gives back once: a second call, or a call on a reservation that
+// was not made, does nothing. A reservation made in Redis (Source Remote)
+// is given back in Redis, bounded by ctx; if Redis cannot be reached it
+// stays counted and Cancel returns why. One made in memory is given back in
+// memory; spend already reported to Redis stays counted there.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	if !r.Allowed || r.l == nil || !r.canceled.CompareAndSwap(false, true) {
+		return nil
+	}
+	l := r.l
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	act := r.at + int64(r.Delay)
+	if r.Source != Remote {
+		_, err := l.engine.CancelN(l.now(), r.key, r.lim, r.n, act)
+		return err
+	}
+	if l.breaker.State() == breaker.Open {
+		return fmt.Errorf("hybrid: cancel %q: %w: the reservation stays counted", r.key, remote.ErrUnavailable)
+	}
+	_, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+		_, d, err := l.store.CancelN(ctx, r.key, r.lim, r.n, act)
+		return d, err
+	})
+	if err != nil {
+		return fmt.Errorf("hybrid: cancel %q: %w", r.key, err)
+	}
+	return nil
+}
+
+// Reserve is shorthand for ReserveN(ctx, key, lim, 1).
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservation, error) {
+	return l.ReserveN(ctx, key, lim, 1)
+}
+
+// ReserveN reserves a request of weight n for key under lim and says how
+// long the holder must wait before acting, with golang.org/x/time/rate's
+// semantics:
+//
+//   - on the token bucket the request is admitted now or later: the bucket
+//     goes into debt and the Delay is how long its tokens take to refill;
+//   - on the leaky bucket it takes a place in the queue, which holds Burst
+//     requests: the Delay is how long the requests ahead of it take to
+//     drain, and a full queue refuses it (RetryAfter says when a place
+//     frees up).
+//
+// A reservation is refused, too, when it would wait longer than
+// limit.MaxSpan (about 52 days), or, when it is made in this node's memory
+// while a Redis mode runs (Async, or degraded), longer than one burst
+// tolerance (Burst×Period/Rate): that is the most debt the fleet's
+// reconciliation carries, and memory must not promise a wait that Redis
+// would forget. A refused reservation spends nothing.
+//
+// Where it is made follows AllowN: in memory in LocalOnly and Async mode,
+// in Redis (one script) in Sync mode, in memory under the Fallback while
+// degraded (FailOpen admits at once, FailClosed refuses until the breaker's
+// next probe). The window algorithms cannot reserve (ErrUnsupported). An
+// error is the caller's mistake, as for AllowN.
+func (l *Limiter) ReserveN(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
+	return l.reserve(ctx, key, lim, n, limit.MaxSpan)
+}
+
+// reserve is ReserveN with the longest wait admitted.
+func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, maxWait time.Duration) (*Reservation, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if !lim.Algorithm.IsBucket() {
+		return nil, fmt.Errorf("%w: reserve needs the token or leaky bucket, not %v", ErrUnsupported, lim.Algorithm)
+	}
+	r := &Reservation{l: l, key: key, lim: lim, n: n}
+	if l.mode == Sync && l.breaker.State() != breaker.Open {
+		// The call may outlive this one on a goroutine the breaker abandons:
+		// it gets values of its own.
+		redisWait := maxWait
+		d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+			return l.store.ReserveN(ctx, key, lim, n, redisWait)
+		})
+		if err == nil {
+			l.keepWarm(key, lim, d)
+			r.Decision, r.Delay, r.at = Decision{Result: d.Result, Source: Remote}, d.Delay, d.Now
+			return r, nil
+		}
+		if isCallerError(err) {
+			return nil, err
+		}
+	}
+	if l.mode == LocalOnly {
+		res, err := l.engine.ReserveN(l.now(), key, lim, n, maxWait)
+		if err != nil {
+			return nil, err
+		}
+		r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+		return r, nil
+	}
+	// In memory, in a mode with Redis: no promise the reconciliation would
+	// forget.
+	maxWait = min(maxWait, memoryWait(lim))
+	if l.mode == Sync || l.engine.Degraded() {
+		return l.degradedReserve(r, maxWait)
+	}
+	res, err := l.engine.ReserveN(l.now(), key, lim, n, maxWait)
+	if err != nil {
+		return nil, err
+	}
+	r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+	return r, nil
+}
+
+// memoryWait is the longest a reservation made in memory may wait while a
+// Redis mode runs: one burst tolerance, the debt reconciliation carries.
+func memoryWait(lim Limit) time.Duration {
+	if lim.Validate() != nil {
+		return 0 // the engine reports the invalid limit
+	}
+	return lim.Tolerance()
+}
+
+// degradedReserve reserves in memory under the fallback.
+func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reservation, error) {
+	now := l.now()
+	switch l.cfg.Fallback {
+	case FailOpen:
+		res, err := l.engine.ReserveN(now, r.key, r.lim, r.n, maxWait)
+		if err != nil {
+			return nil, err
+		}
+		if !res.Allowed {
+			if err := l.engine.RecordN(now, r.key, r.lim, r.n); err != nil {
+				return nil, err
+			}
+			res.Allowed, res.RetryAfter, res.Delay = true, 0, 0
+		}
+		r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+		return r, nil
+	case FailClosed:
+		res, err := l.engine.AllowN(now, r.key, r.lim, 0) // validates, and reports without spending
+		if err != nil {
+			return nil, err
+		}
+		res.Allowed = false
+		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
+		r.Decision, r.at = Decision{Result: res, Source: Degraded}, now
+		return r, nil
+	}
+	res, err := l.engine.ReserveN(now, r.key, r.lim, r.n, maxWait)
+	if err != nil {
+		return nil, err
+	}
+	r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+	return r, nil
+}
+
+// Wait is shorthand for WaitN(ctx, key, lim, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, lim Limit) error {
+	return l.WaitN(ctx, key, lim, 1)
+}
+
+// WaitN blocks until a request of weight n for key may proceed under lim,
+// with golang.org/x/time/rate's semantics: it returns an error at once if n
+// exceeds the limit's capacity, if ctx is already done, or if the wait
+// would outlast ctx's deadline (that error wraps
+// context.DeadlineExceeded, and nothing is reserved); if ctx ends while it
+// waits, it cancels the reservation (see Reservation.Cancel) and returns
+// ctx's error.
+//
+// Where ReserveN would refuse for another reason (a full leaky-bucket
+// queue, a wait longer than memory may promise), WaitN waits for the
+// RetryAfter and tries again. The wait runs on the limiter's Clock when it
+// is a clock.Sleeper (the real and the manual clock are), else on the real
+// clock; ctx's deadline is always real time.
+func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if !lim.Algorithm.IsBucket() {
+		return fmt.Errorf("%w: wait needs the token or leaky bucket, not %v", ErrUnsupported, lim.Algorithm)
+	}
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	if err := lim.CheckN(n); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		deadline, bounded := ctx.Deadline()
+		maxWait := limit.MaxSpan
+		if bounded {
+			maxWait = min(maxWait, time.Until(deadline))
+			if maxWait < 0 {
+				return fmt.Errorf("hybrid: WaitN(n=%d) would exceed the context's deadline: %w", n, context.DeadlineExceeded)
+			}
+		}
+		r, err := l.reserve(ctx, key, lim, n, maxWait)
+		if err != nil {
+			return err
+		}
+		if r.Allowed {
+			if r.Delay <= 0 {
+				return nil
+			}
+			if err := l.sleep(ctx, r.Delay); err != nil {
+				_ = r.Cancel(context.WithoutCancel(ctx))
+				return err
+			}
+			return nil
+		}
+		// Refused: hopeless when it could not act before the deadline; else
+		// (a full queue, a wait memory may not promise) wait and try again.
+		if left := time.Until(deadline); bounded && (r.RetryAfter >= left || l.waitOf(r, maxWait) > left) {
+			return fmt.Errorf("hybrid: WaitN(n=%d) would exceed the context's deadline: %w", n, context.DeadlineExceeded)
+		}
+		if err := l.sleep(ctx, r.RetryAfter); err != nil {
+			return err
+		}
+	}
+}
+
+// waitOf is how long a refused reservation would have waited to act,
+// had it been made: the earliest it could act, if nobody gives anything
+// back. maxWait is the longest wait it was offered.
+func (l *Limiter) waitOf(r *Reservation, maxWait time.Duration) time.Duration {
+	switch {
+	case r.Source == Degraded && l.cfg.Fallback == FailClosed:
+		return 0 // refused until the breaker's next probe: RetryAfter says when
+	case r.lim.Algorithm == TokenBucket:
+		return r.RetryAfter + maxWait // RetryAfter is the wait beyond maxWait
+	}
+	return r.ResetAfter // the leaky queue's wait: a refusal leaves it as it was
+}
+
+// sleep waits d on the limiter's clock, or until ctx is done.
+func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
+	var ch <-chan time.Time
+	var stop func()
+	if s, ok := l.clock.(clock.Sleeper); ok {
+		ch, stop = s.After(d)
+	} else {
+		t := time.NewTimer(d)
+		ch, stop = t.C, func() { t.Stop() }
+	}
+	defer stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
+}

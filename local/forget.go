@@ -1,0 +1,43 @@
+package local
+
+import "github.com/hybridlimit/hybridlimit/limit"
+
+// Forget drops the state of (key, lim), with the spend and demand not yet
+// taken (TakeSpend will not report them), and without a trace in the sketch
+// of evicted keys: the key starts afresh under lim, as if it had never been
+// seen. It reports whether there was anything to forget. The key's other
+// limits are left as they are. It is what a Reset does in memory.
+func (e *Engine) Forget(key string, lim limit.Limit) bool {
+	if limit.CheckKey(key) != nil {
+		return false
+	}
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	found := false
+	// Spend of a window that rolled over, or of an evicted key.
+	kept := sh.orphans[:0]
+	for _, o := range sh.orphans {
+		if o.Key == key && o.Limit == lim {
+			found = true
+			continue
+		}
+		kept = append(kept, o)
+	}
+	clear(sh.orphans[len(kept):])
+	sh.orphans = kept
+	en := sh.peek(key, lim)
+	if en == nil {
+		return found
+	}
+	// The due list may still hold the entry: not due, TakeDue skips it.
+	en.spent, en.hits = 0, 0
+	en.clear(flagDue | flagPressure | flagDegraded)
+	en.st = [3]int64{}
+	sh.freeLog(en)
+	if !en.has(flagExtra) && !en.has(flagExtras) {
+		sh.keys.Remove(key) // fresh now: nothing for the sketch
+	}
+	return true
+}
