@@ -46,11 +46,11 @@ type shard struct {
 	keys     *lru.LRU[string, *entry]
 	extras   map[string][]*entry
 	policies map[limit.Limit]*policy
-	due      []dueRef    // entries for the reconciler's next take
-	orphans  []Spend     // spend of evicted keys and rolled-over windows
-	maxOrph  int         // orphans kept before spend is dropped (and counted)
-	logs     []*eventLog // sliding window logs, by slot (entry.st[1]-1)
-	freeLogs []int64     // free slots of logs
+	due      []dueRef     // entries for the reconciler's next take
+	orphans  []Spend      // spend of evicted keys and rolled-over windows
+	maxOrph  int          // orphans kept before spend is dropped (and counted)
+	logs     []*eventLog  // sliding window logs, by slot (entry.st[1]-1)
+	freeLogs []int64      // free slots of logs
 	zones    *limit.Zones // the engine's: resolves calendar limits' zones
 	_        [24]byte
 }
