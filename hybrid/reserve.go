@@ -140,6 +140,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 	if !lim.Algorithm.IsBucket() {
 		return nil, fmt.Errorf("%w: reserve needs the token or leaky bucket, not %v", ErrUnsupported, lim.Algorithm)
 	}
+	lim = lim.Canonical()
 	r := &Reservation{l: l, key: key, lim: lim, n: n}
 	if l.mode == Sync && l.breaker.State() != breaker.Open {
 		// The call may outlive this one on a goroutine the breaker abandons:

@@ -9,19 +9,21 @@ import (
 	"github.com/hybridlimit/hybridlimit/remote"
 )
 
-// Reset forgives key under lim: its state under lim's algorithm starts
-// afresh (a full bucket, an empty window or log), as go-redis/redis_rate's
-// Reset and Gubernator's RESET_REMAINING do, so support staff can let a
-// client back in. lim's rate and period do not matter, only its algorithm.
+// Reset forgives key under lim: its state under lim starts afresh (a full
+// bucket, an empty window or log), as go-redis/redis_rate's Reset and
+// Gubernator's RESET_REMAINING do, so support staff can let a client back
+// in. Only lim is reset: the key's other limits are left as they are.
 //
 //   - LocalOnly: this node forgets the key.
 //   - Sync: the key's state in Redis is deleted, for every node at once,
 //     and so is the copy this node keeps in memory for degraded mode.
-//   - Async: the key's state in Redis is deleted, and this node forgets
-//     the key, with the spend on it not yet reported. Every other node
-//     keeps its own estimate of the key until its next reconciliation
-//     round on the key, which reads the fresh state from Redis; a stale
-//     estimate only errs on the strict side (docs/accuracy.md, "Reset").
+//   - Async: the key's exact state in Redis is deleted, its shares are
+//     marked reset, and this node starts the key afresh at once. Every
+//     other node that holds state of the key is told to start it afresh in
+//     its next answer on the key, which the reset hastens (a claim with a
+//     recall in this node's next heartbeat): the whole fleet has forgiven
+//     the client within about two sync intervals, erring on the strict side
+//     meanwhile. What was admitted stays in the key's ledger.
 //
 // In a Redis mode, Reset asks Redis first, bounded by ctx, and changes
 // nothing in memory when Redis cannot be reached: it returns an error, so
@@ -37,17 +39,40 @@ func (l *Limiter) Reset(ctx context.Context, key string, lim Limit) error {
 	if err := lim.Validate(); err != nil {
 		return err
 	}
-	if l.mode != LocalOnly {
-		if l.breaker.State() == breaker.Open {
-			return fmt.Errorf("hybrid: reset %q: %w: the breaker is open", key, remote.ErrUnavailable)
+	lim = lim.Canonical()
+	switch l.mode {
+	case LocalOnly:
+		l.engine.Forget(key, lim)
+		return nil
+	case Sync:
+		if _, err := l.resetCall(ctx, key, func(ctx context.Context) (int64, error) {
+			_, err := l.store.Reset(ctx, key, lim)
+			return 0, err
+		}); err != nil {
+			return err
 		}
-		_, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (bool, error) {
-			return l.store.Reset(ctx, key, lim)
-		})
-		if err != nil {
-			return fmt.Errorf("hybrid: reset %q: %w", key, err)
-		}
+		l.engine.Forget(key, lim)
+		return nil
 	}
-	l.engine.Forget(key, lim)
+	at, err := l.resetCall(ctx, key, func(ctx context.Context) (int64, error) {
+		_, at, err := l.store.ResetShares(ctx, key, lim)
+		return at, err
+	})
+	if err != nil {
+		return err
+	}
+	l.reconciler.Reset(key, lim, at)
 	return nil
+}
+
+// resetCall runs a reset in Redis through the breaker.
+func (l *Limiter) resetCall(ctx context.Context, key string, call func(context.Context) (int64, error)) (int64, error) {
+	if l.breaker.State() == breaker.Open {
+		return 0, fmt.Errorf("hybrid: reset %q: %w: the breaker is open", key, remote.ErrUnavailable)
+	}
+	at, err := breaker.Call(ctx, l.breaker, 0, call)
+	if err != nil {
+		return 0, fmt.Errorf("hybrid: reset %q: %w", key, err)
+	}
+	return at, nil
 }

@@ -282,6 +282,7 @@ func (e *Engine) RecordN(now int64, key string, lim limit.Limit, n int64) error 
 // peek returns the entry of (key, lim) if the shard holds it, without
 // touching recency.
 func (sh *shard) peek(key string, lim limit.Limit) *entry {
+	lim = lim.Canonical()
 	en, ok := sh.keys.Peek(key)
 	if !ok {
 		return nil

@@ -409,3 +409,44 @@ func TestBookkeepingDoesNotAdvanceDecisionTime(t *testing.T) {
 	res, _ = e.AllowN(t0+int64(100*time.Millisecond), "k", lim, 1)
 	assert.True(t, res.Allowed, "and refills as the deciders' clock moves")
 }
+
+// Restart starts a key afresh under one limit and keeps its share and its
+// untaken spend (the ledger still gets it); the key's other limits keep
+// their state. A limit written with its burst equal to its rate names the
+// same state as without.
+func TestRestart(t *testing.T) {
+	for _, lim := range []limit.Limit{
+		limit.PerMinute(4),
+		limit.PerMinute(4).WithBurst(4),
+		limit.PerMinute(4).WithAlgorithm(limit.FixedWindow),
+		limit.PerMinute(4).WithAlgorithm(limit.SlidingWindowCounter),
+	} {
+		t.Run(lim.String(), func(t *testing.T) {
+			e := newEngine(t, Config{TrackSpend: true})
+			other := limit.PerHour(4)
+			for range 4 {
+				_, err := e.AllowN(t0, "k", lim, 1)
+				require.NoError(t, err)
+				_, err = e.AllowN(t0, "k", other, 1)
+				require.NoError(t, err)
+			}
+			require.True(t, e.Contest(t0, "k", lim, true, ShareOne/2, false))
+			require.True(t, e.SetShare("k", lim, ShareOne/2))
+			assert.True(t, e.Restart(t0, "k", lim.WithBurst(lim.Burst)))
+			assert.False(t, e.Restart(t0, "nobody", lim))
+			s, _ := e.ShareOf("k", lim)
+			assert.Equal(t, ShareOne/2, s, "the share is kept")
+			res, _ := e.AllowN(t0, "k", lim, 2)
+			assert.True(t, res.Allowed, "afresh: half of four")
+			res, _ = e.AllowN(t0, "k", other, 1)
+			assert.False(t, res.Allowed, "the other limit keeps its state")
+			spent := int64(0)
+			for _, s := range e.TakeSpend(nil) {
+				if s.Limit == lim.Canonical() {
+					spent += s.Spent
+				}
+			}
+			assert.Equal(t, int64(6), spent, "the spend before and after the restart")
+		})
+	}
+}

@@ -41,3 +41,29 @@ func (e *Engine) Forget(key string, lim limit.Limit) bool {
 	}
 	return true
 }
+
+// Restart starts the state of (key, lim) afresh (a full bucket, an empty
+// window) and keeps the rest: the share it is decided in, and the spend and
+// demand not yet taken, which still go to the ledger. It is what a node does
+// when Redis tells it the key was reset elsewhere in the fleet. It reports
+// whether the engine held the key.
+func (e *Engine) Restart(now int64, key string, lim limit.Limit) bool {
+	if limit.CheckKey(key) != nil {
+		return false
+	}
+	sh := e.shardOf(e.hash(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return false
+	}
+	now = sh.clamp(now)
+	if en.pol.lim.Algorithm.IsBucket() {
+		en.st[0], en.st[2] = 0, 0 // st[1] caches the share's interval
+	} else {
+		en.st = [3]int64{en.pol.index(now), 0, 0}
+	}
+	sh.freeLog(en)
+	return true
+}

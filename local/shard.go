@@ -93,6 +93,7 @@ func (sh *shard) at(now int64) int64 { return max(now, sh.now) }
 // on every decision costs more than the decision itself (cache misses on the
 // list neighbours), so only one in recencySample does.
 func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry, error) {
+	lim = lim.Canonical() // PerSecond(10) and PerSecond(10).WithBurst(10) are one limit
 	var en *entry
 	var ok bool
 	if sh.lookups++; sh.lookups%recencySample == 0 {

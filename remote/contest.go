@@ -73,8 +73,10 @@ type ShareAnswer struct {
 	// more than they want: every node holding the key should report it.
 	// Over: the node decided in more than Redis had granted it. FromPool:
 	// the admitted request was served from the pool, which holds its spend
-	// (else the node grew and holds it in its own state).
-	Lost, Admitted, Recall, Over, FromPool bool
+	// (else the node grew and holds it in its own state). Reset: the key was
+	// reset (Store.ResetShares) since the node's state of it began: the node
+	// starts it afresh, keeping its share.
+	Lost, Admitted, Recall, Over, FromPool, Reset bool
 	// Nodes is how many nodes are active on the key, and Demand their total
 	// demand (requests per second).
 	Nodes  int
@@ -253,6 +255,7 @@ func parseShareAnswer(lim limit.Limit, now int64, vals []any) (ShareAnswer, erro
 	a.Target = min(max(v[7], 0), GrantOne)
 	a.Seq = v[8]
 	a.Lost, a.Admitted, a.Recall, a.Over, a.FromPool = v[9]&1 != 0, v[9]&2 != 0, v[9]&4 != 0, v[9]&8 != 0, v[9]&16 != 0
+	a.Reset = v[9]&32 != 0
 	a.Nodes = int(v[10])
 	a.Demand = float64(v[11]) / 1000
 	return a, nil

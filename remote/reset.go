@@ -2,31 +2,59 @@ package remote
 
 import (
 	"context"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
-// Reset deletes key's state under lim's algorithm in Redis, as
-// go-redis/redis_rate's Reset does: the next decision finds a fresh key
-// (a full bucket, an empty window or log). The per-node fields that make
-// reports idempotent go with it, so a node's next report applies only what
-// it was never told was applied. lim's rate and period do not matter. It
-// reports whether there was anything to delete.
+// Reset deletes key's state under lim in Redis, as go-redis/redis_rate's
+// Reset does: the next decision finds a fresh key (a full bucket, an empty
+// window or log). The per-node fields that make reports idempotent go with
+// it, so a node's next report applies only what it was never told was
+// applied. It reports whether there was anything to delete. It is Sync
+// mode's reset; Async mode's is ResetShares.
 func (s *Store) Reset(ctx context.Context, key string, lim limit.Limit) (bool, error) {
+	had, _, err := s.reset(ctx, key, lim, false)
+	return had, err
+}
+
+// ResetShares is Async mode's reset of key under lim: the exact state
+// escalated requests are decided in is deleted, and the key's shares are
+// marked reset at Redis's TIME, which it returns (Unix ns): every node that
+// holds state of the key from before then is told to start it afresh in
+// its next answer on the key (ShareAnswer.Reset), and the share nobody holds
+// is emptied. What the fleet admitted (the ledger) is kept. The caller
+// forgets the key itself; its own record on the key is marked as seen.
+func (s *Store) ResetShares(ctx context.Context, key string, lim limit.Limit) (bool, int64, error) {
+	return s.reset(ctx, key, lim, true)
+}
+
+func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares bool) (bool, int64, error) {
 	if err := limit.CheckKey(key); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if err := lim.Validate(); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	k := redisKey(s.prefix, lim, key)
-	keys := []string{k}
+	keys := []string{k, k}
 	if lim.Algorithm == limit.SlidingWindowLog {
-		keys = append(keys, k+":n") // the same hash tag: one slot
+		keys[1] = k + ":n" // the same hash tag: one slot
 	}
-	n, err := s.client.Del(ctx, keys...).Result()
+	kind, period := 0, int64(0)
+	if !lim.Algorithm.IsBucket() {
+		kind, period = 1, int64(lim.Period/time.Microsecond)
+	}
+	if shares {
+		keys = append(keys, asyncKey(s.prefix, lim, key)) // the same hash tag too
+	}
+	vals, err := s.scripts.reset.Run(ctx, s.client, keys, s.node, kind, period, ms(2*s.active)).Slice()
 	if err != nil {
-		return false, classify("reset", key, err)
+		return false, 0, classify("reset", key, err)
 	}
-	return n > 0, nil
+	v, err := ints(vals, 2)
+	if err != nil {
+		return false, 0, classify("reset", key, err)
+	}
+	return v[0] == 1, v[1] * 1000, nil
 }

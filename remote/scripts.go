@@ -24,11 +24,13 @@ var (
 	contestSrc string
 	//go:embed lua/ledger.lua
 	ledgerSrc string
+	//go:embed lua/reset.lua
+	resetSrc string
 )
 
 // scripts holds every script a store runs.
 type scripts struct {
-	gcra, window, log, reconcile, fleet, contest, ledger *redis.Script
+	gcra, window, log, reconcile, fleet, contest, ledger, reset *redis.Script
 }
 
 func newScripts() scripts {
@@ -40,11 +42,12 @@ func newScripts() scripts {
 		fleet:     redis.NewScript(fleetSrc),
 		contest:   redis.NewScript(contestSrc),
 		ledger:    redis.NewScript(ledgerSrc),
+		reset:     redis.NewScript(resetSrc),
 	}
 }
 
 func (sc scripts) all() []*redis.Script {
-	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger}
+	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger, sc.reset}
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.

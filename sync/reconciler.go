@@ -178,9 +178,9 @@ type Reconciler struct {
 	ledgerParts  []ledgerSent
 
 	stats struct {
-		rounds, errors, keys, lost, lostState, faults, escalations, deferred, claims, over atomic.Uint64
-		pending, nodes, leases                                                             atomic.Int64
-		lastDuration                                                                       atomic.Int64
+		rounds, errors, keys, lost, lostState, faults, escalations, deferred, claims, over, resets atomic.Uint64
+		pending, nodes, leases                                                                     atomic.Int64
+		lastDuration                                                                               atomic.Int64
 	}
 }
 
@@ -385,6 +385,7 @@ type Stats struct {
 	StateLost           uint64        // keys Redis had lost state of (evicted, deleted), restored
 	Claims              uint64        // keys this node claimed: it needed more than its even split
 	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
+	Resets              uint64        // keys another node reset, started afresh here
 	Leases              int           // keys whose share Redis granted under a live lease
 	Pending             int           // keys with spend Redis has not acknowledged, as of the last round
 	Nodes               int           // nodes active in the fleet at the last round
@@ -397,7 +398,7 @@ func (r *Reconciler) Stats() Stats {
 		Rounds: r.stats.rounds.Load(), RoundErrors: r.stats.errors.Load(), KeysSent: r.stats.keys.Load(),
 		Deferred: r.stats.deferred.Load(), Escalations: r.stats.escalations.Load(),
 		LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(), KeyFaults: r.stats.faults.Load(),
-		Claims: r.stats.claims.Load(),
+		Claims: r.stats.claims.Load(), Resets: r.stats.resets.Load(),
 		Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()), Nodes: int(r.stats.nodes.Load()),
 		LastRound: time.Duration(r.stats.lastDuration.Load()),
 	}

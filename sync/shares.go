@@ -60,7 +60,8 @@ type part struct {
 	renewAt  int64     // when to renew the claim next (Redis ns)
 	faulted  bool
 	retryAt  int
-	inflight bool // a report is on its way: one at a time per key, so an answer is never taken back while it is applied
+	inflight bool  // a report is on its way: one at a time per key, so an answer is never taken back while it is applied
+	resetAt  int64 // when this node reset the key (Redis ns), until the answer that says so
 }
 
 // sentShare is what a share report carried, to apply its answer.
@@ -427,6 +428,9 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 			p.faulted = false
 			e.SetFault(p.kl.key, p.kl.lim, false)
 			r.log.Info("reconcile: redis accepts the key again", "key", p.kl.key, "limit", p.kl.lim.String())
+		}
+		if a.Reset {
+			r.applyReset(p, rnow)
 		}
 		if a.Growth > 0 {
 			e.Grow(rnow, p.kl.key, p.kl.lim, local.Share(a.Growth), a.Pool)

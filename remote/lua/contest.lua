@@ -27,7 +27,8 @@
 --          answer's sequence number, the growth it carried and the pool's
 --          state then, demand, the µs it was last seen, the heavy request the
 --          answer admitted) and l:<node> = its
---          two latest ledger epochs with their totals (ledger.lua's too).
+--          two latest ledger epochs with their totals (ledger.lua's too);
+--          Z = the µs the key was last reset (reset.lua).
 -- ARGV     node, active window µs, keep ms (how long the key and its
 --          ledger outlive its last report), lease µs, short lease µs, the
 --          fleet's size, the fleet's acked µs (every node has processed the
@@ -68,7 +69,9 @@
 --   2: the request was admitted; 4: recall: the node's want cannot be met
 --   from the pool while others hold more than they want; 8: the node
 --   reported more than its record; 16: the request was served from the
---   pool, which holds its spend), active nodes, their demand (thousandths)
+--   pool, which holds its spend; 32 reset: the key was reset since the
+--   node's state began, which it must start afresh), active nodes, their
+--   demand (thousandths)
 -- or for a key that failed: 0, the error, then eleven zeros.
 local node, active, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease, short, fleet, acked = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -180,6 +183,14 @@ for i = 1, #KEYS do
 
     local unledger = 0 -- a request admitted in an answer the node never got
     local me = recs[mine]
+    -- A reset (reset.lua) since the node last reported, or shortly before
+    -- its first report: the state it holds predates it. It starts afresh,
+    -- told by flag 32, and what it reports is taken as fresh.
+    local z = tonumber(f.Z)
+    if z ~= nil and ((me ~= nil and me[10] < z) or (me == nil and now - z <= active)) then
+      flags = flags + 32
+      if kind == 0 then x1, x2, x3 = 0, 0, 0 else x1, x2, x3 = math.floor(now / period), 0, 0 end
+    end
     if me == nil then
       if applied > 0 then
         -- It had a record: Redis lost the key. Every node that held a
