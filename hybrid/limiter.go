@@ -53,6 +53,7 @@ type Limiter struct {
 	lost     atomic.Uint64 // sync decisions on keys whose state Redis had lost
 	lostMu   sync.Mutex
 	lostKeys map[string]struct{} // keys named in the log already
+	heavyLog atomic.Bool         // a heavy request refused while degraded was logged
 	stop     context.CancelFunc
 	done     sync.WaitGroup
 }
@@ -422,7 +423,12 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
+	before := l.engine.HeavyRefused()
 	res, err := l.engine.AllowDegraded(now, key, lim, n)
+	if l.engine.HeavyRefused() != before && l.heavyLog.CompareAndSwap(false, true) {
+		l.log.Warn("hybrid: degraded: refusing requests heavier than this node's share of their limit, which every node could admit at once (counted in Stats().HeavyRefused; logged once)",
+			"key", key, "limit", lim.String(), "n", n)
+	}
 	return Decision{Result: res, Source: Degraded}, err
 }
 
@@ -457,6 +463,10 @@ type Stats struct {
 	// from Redis (evicted, deleted, a Redis restarted empty) while this node
 	// knew it had spent: each was restored from what the node knew.
 	StateLost uint64
+	// HeavyRefused counts requests refused while degraded (or on a key
+	// Redis refuses) for weighing more than this node's share of their
+	// limit: every node deciding alone could admit one at once.
+	HeavyRefused uint64
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
@@ -467,6 +477,7 @@ func (l *Limiter) Stats() Stats {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()
 	}
 	s.StateLost = l.lost.Load()
+	s.HeavyRefused = l.engine.HeavyRefused()
 	if l.reconciler != nil {
 		s.Reconcile = l.reconciler.Stats()
 		s.StateLost += s.Reconcile.StateLost

@@ -149,6 +149,46 @@ func TestShapeDegradedDividesByTheFleet(t *testing.T) {
 	assert.Equal(t, tl.Total().Offered, tl.Total().Sources[hybrid.Degraded], "every decision made degraded")
 }
 
+// Heavy requests while degraded: no node can admit a request heavier than
+// its share of the limit without the fleet going over it, since every node
+// could at the same time. Before: weight 50 on a 100/s fixed window, 4
+// nodes, Redis dead: each node admitted one per window, 800 in 3 s where
+// the limit allows 400; the token bucket the same into debt.
+func TestShapeHeavyWhileDegraded(t *testing.T) {
+	srv := redistest.Start(t)
+	nodes := shapeFleet(t, srv, 4, hybrid.Config{Prefix: "hd:", BreakerOpenFor: time.Minute})
+	srv.Kill()
+	probe := hybrid.PerSecond(100)
+	for _, l := range nodes {
+		require.Eventually(t, func() bool {
+			_, _ = l.Allow(context.Background(), "probe", probe)
+			return l.Degraded()
+		}, 5*time.Second, 10*time.Millisecond)
+	}
+	for _, lim := range []hybrid.Limit{
+		hybrid.PerSecond(100).WithAlgorithm(hybrid.FixedWindow),
+		hybrid.PerSecond(100).WithAlgorithm(hybrid.SlidingWindowCounter),
+		hybrid.PerSecond(100),
+	} {
+		run := 3 * time.Second
+		tl, err := fleetsim.Drive(context.Background(), deciders(nodes), fleetsim.Run{Key: "heavy-" + lim.Algorithm.String(), Limit: lim, Duration: run, N: 50},
+			fleetsim.Load{Rate: 40})
+		require.NoError(t, err)
+		require.NoError(t, tl.FirstError)
+		worst, _ := tl.MaxWindow(time.Second)
+		t.Logf("%v, weight 50, degraded on 4 nodes: admitted %d in %v (at most %d), worst second %d", lim, tl.Total().Admitted, run, 400, worst)
+		assert.LessOrEqual(t, tl.Total().Admitted, 400, "never over the limit while degraded")
+		assert.LessOrEqual(t, worst, 200, "one second holds at most a window and its burst")
+		assert.Zero(t, tl.Total().Admitted, "a request of 50 is heavier than a node's 25: refused")
+		assert.Equal(t, tl.Total().Offered/50, tl.Total().Sources[hybrid.Degraded], "every decision made degraded")
+	}
+	var refused uint64
+	for _, l := range nodes {
+		refused += l.Stats().HeavyRefused
+	}
+	assert.Positive(t, refused, "counted")
+}
+
 // One key under three limits of one algorithm that differ in rate: each has
 // its own state and its own ledger. Before: Redis counted 410 of 600
 // admitted, and LostSpend said 0.

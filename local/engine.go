@@ -79,7 +79,10 @@ type Engine struct {
 	keys     atomic.Int64  // states held, extras included
 	evicted  lazySketch    // made on the first eviction of a key not yet fresh
 	dropped  atomic.Uint64 // spend dropped because a shard's orphans were full
-	zones    limit.Zones   // calendar limits' time zones, loaded once
+	// heavyRefused counts requests refused while degraded for being
+	// heavier than the node's share (AllowDegraded).
+	heavyRefused atomic.Uint64
+	zones        limit.Zones // calendar limits' time zones, loaded once
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -176,10 +179,10 @@ func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (limit.
 }
 
 // AllowDegraded decides like AllowN, but in the degraded share (one over the
-// fleet) and never escalating: a request heavier than that share is admitted
-// only while the node's allowance is full, and then paid back before the
-// node admits again. It is how a node decides while Redis is out of reach,
-// and for a faulted key.
+// fleet) and never escalating: a request heavier than that share is refused
+// (HeavyRefused counts it), since every node deciding alone could admit one
+// at once. It is how a node decides while Redis is out of reach, and for a
+// faulted key.
 func (e *Engine) AllowDegraded(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
 	return e.decide(now, key, lim, n, true)
 }
@@ -220,19 +223,32 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 		return res, ErrEscalate
 	}
 	res.Limit = p.lim
+	weight := n
+	if degraded && n > 0 && heavy(p, n, en.share) {
+		// Every node decides in its share, alone: a request heavier than it
+		// could pass on every node at once, taking the fleet past the
+		// limit. It is refused, reported with the node's state; the
+		// reconciler learns of the demand.
+		e.heavyRefused.Add(1)
+		weight = 0
+	}
 	switch p.lim.Algorithm {
 	case limit.TokenBucket:
-		tokenBucket(&res, &en.st, now, p, n, en.share)
+		tokenBucket(&res, &en.st, now, p, weight, en.share)
 	case limit.LeakyBucket:
-		leakyMeter(&res, &en.st, now, p, n, en.share)
+		leakyMeter(&res, &en.st, now, p, weight, en.share)
 	case limit.FixedWindow:
 		sh.rollWindow(key, en, now)
-		fixedWindow(&res, &en.st, now, p, n, en.share)
+		fixedWindow(&res, &en.st, now, p, weight, en.share)
 	case limit.SlidingWindowCounter:
 		sh.rollWindow(key, en, now)
-		slidingCounter(&res, &en.st, now, p, n, en.share)
+		slidingCounter(&res, &en.st, now, p, weight, en.share)
 	case limit.SlidingWindowLog:
-		slidingLog(&res, &en.st, sh.logOf(en), now, p, n, en.share)
+		slidingLog(&res, &en.st, sh.logOf(en), now, p, weight, en.share)
+	}
+	if weight != n {
+		res.Allowed = false
+		res.RetryAfter = p.refill() // a hint: it passes once Redis is back
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)
@@ -604,6 +620,11 @@ func (e *Engine) DefaultShare() Share { return Share(e.newKey.Load()) }
 
 // Len returns the number of (key, limit) states held.
 func (e *Engine) Len() int { return int(e.keys.Load()) }
+
+// HeavyRefused returns how many requests AllowDegraded (or a decision while
+// the engine is degraded) refused since the engine was made for being
+// heavier than the node's share of their limit's capacity.
+func (e *Engine) HeavyRefused() uint64 { return e.heavyRefused.Load() }
 
 // Dropped returns the spend dropped since the engine was made because a
 // shard's orphans were full: admitted, never to be reported.

@@ -285,14 +285,15 @@ func TestHeavyRequestUnderASmallShare(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.Allowed, "the light request still fits the share")
 
-	// Degraded, nobody can be asked: it passes when the node's allowance is
-	// full, and is paid back before the node admits again.
+	// Degraded, nobody can be asked, and every node could admit it at once:
+	// it is refused, and counted; light requests still pass.
 	e.SetDegraded(true)
 	res, _ = e.AllowDegraded(at(time.Second), "k", lim, 5)
-	assert.True(t, res.Allowed)
-	res, _ = e.AllowDegraded(at(time.Second), "k", lim, 5)
 	assert.False(t, res.Allowed)
-	assert.Positive(t, res.RetryAfter)
+	assert.Equal(t, time.Second, res.RetryAfter, "a hint: the limit's refill")
+	assert.Equal(t, uint64(1), e.HeavyRefused())
+	res, _ = e.AllowDegraded(at(time.Second), "k", lim, 1)
+	assert.True(t, res.Allowed, "the refused request spent nothing")
 }
 
 func TestNewKeysStartWithAnEqualShare(t *testing.T) {

@@ -82,3 +82,15 @@ func (p *policy) bounds(i int64) (start, end int64) {
 	w := p.lim.WindowOf(i, p.loc)
 	return w.Start, w.End
 }
+
+// refill is how long the whole capacity takes to come back: the buckets'
+// tolerance, a window's period (a calendar unit's nominal length).
+func (p *policy) refill() time.Duration {
+	switch {
+	case p.tolerance > 0:
+		return time.Duration(p.tolerance)
+	case p.calendar():
+		return p.lim.Calendar.Nominal()
+	}
+	return time.Duration(p.period)
+}
