@@ -147,7 +147,7 @@ func (r *Reconciler) applyHeartbeat(hb *remote.Heartbeat, rnow int64) {
 			}
 		}
 		if !p.contested {
-			p.contested, p.join = true, true
+			r.contest(p)
 		}
 		if c.Recall > p.recallAt {
 			p.recallAt = c.Recall

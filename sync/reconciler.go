@@ -164,7 +164,8 @@ type Reconciler struct {
 
 	// The share protocol (Async mode).
 	parts        map[keyLim]*part
-	cmu          sync.RWMutex // claims, taken last
+	contested    map[keyLim]*part // the parts of contested keys, for the lease checks
+	cmu          sync.RWMutex     // claims, taken last
 	claims       map[keyLim]known
 	outbox       []remote.Claim // claims for the next heartbeat
 	from, mark   int64          // the claims fetched, and processed, up to (Redis ns)
@@ -233,7 +234,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round),
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease),
-		parts: make(map[keyLim]*part), claims: make(map[keyLim]known)}
+		parts: make(map[keyLim]*part), contested: make(map[keyLim]*part), claims: make(map[keyLim]known)}
 	if cfg.EscalationWait <= 0 {
 		r.cfg.EscalationWait = 10 * cfg.Interval
 	}
@@ -387,7 +388,7 @@ type Stats struct {
 	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
 	Resets              uint64        // keys another node reset, started afresh here
 	Leases              int           // keys whose share Redis granted under a live lease
-	Pending             int           // keys with spend Redis has not acknowledged, as of the last round
+	Pending             int           // keys with spend Redis has not acknowledged, as of a recent round (Async: counted every 10 rounds)
 	Nodes               int           // nodes active in the fleet at the last round
 	LastRound           time.Duration // the last round's duration
 }

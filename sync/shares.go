@@ -220,9 +220,6 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 	info.Duration = end.Sub(start)
 	r.stats.lastDuration.Store(int64(info.Duration))
 	r.stats.rounds.Add(1)
-	r.mu.Lock()
-	r.stats.pending.Store(int64(r.unackedParts()))
-	r.mu.Unlock()
 	if err != nil {
 		r.stats.errors.Add(1)
 		info.Err = err
@@ -231,9 +228,10 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 	info.Nodes = int(r.stats.nodes.Load())
 	now := r.deps.Offset.Map(end)
 	r.mu.Lock()
-	r.forgetParts(end)
-	r.stats.pending.Store(int64(r.unackedParts()))
 	rounds := r.rounds
+	if rounds%sweepEvery == 0 {
+		r.forgetParts(end)
+	}
 	r.mu.Unlock()
 	if rounds%sweepEvery == 0 {
 		e.Sweep(now, sweepPerShard)
@@ -244,7 +242,8 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 // claim makes p's key contested: this node claims it in its next heartbeat
 // and joins with the share it decides in now. r.mu is held.
 func (r *Reconciler) claim(p *part, rnow int64) {
-	p.contested, p.claimer, p.join = true, true, true
+	p.claimer = true
+	r.contest(p)
 	r.setClaim(p.kl, rnow+r.claimTTL(p.kl.lim), 0)
 	r.outbox = append(r.outbox, remote.Claim{Key: p.kl.key, Limit: p.kl.lim, Expiry: rnow + r.claimTTL(p.kl.lim)})
 	p.renewAt = rnow + r.claimTTL(p.kl.lim)/3
@@ -546,28 +545,29 @@ func (r *Reconciler) sendLedger(ctx context.Context, entries []remote.LedgerEntr
 	return nil
 }
 
-// unackedParts counts the keys with spend Redis has not acknowledged. r.mu
-// is held.
-func (r *Reconciler) unackedParts() int {
-	n := 0
-	for _, p := range r.parts {
-		if p.total > p.acked {
-			n++
-		}
-	}
-	return n
-}
-
-// forgetParts drops parts that no longer matter: uncontested, everything
-// acknowledged, idle for half the active window. r.mu is held.
+// forgetParts drops parts that no longer matter (uncontested, everything
+// acknowledged, idle for half the active window) and counts the keys with
+// spend Redis has not acknowledged (Stats.Pending). It visits every part:
+// the rounds run it every sweepEvery rounds. r.mu is held.
 func (r *Reconciler) forgetParts(now time.Time) {
 	idle := r.cfg.ActiveWindow / 2
+	pending := 0
 	for kl, p := range r.parts {
+		if p.total > p.acked {
+			pending++
+		}
 		if p.contested || p.total != p.acked || p.hits != 0 || now.Sub(p.last) <= idle {
 			continue
 		}
 		delete(r.parts, kl)
 	}
+	r.stats.pending.Store(int64(pending))
+}
+
+// contest marks p's key as contested: it must join. r.mu is held.
+func (r *Reconciler) contest(p *part) {
+	p.contested, p.join = true, true
+	r.contested[p.kl] = p
 }
 
 // expireShares ends what lapses: a grant above an even split whose lease
@@ -583,10 +583,7 @@ func (r *Reconciler) expireShares() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	leases := 0
-	for _, p := range r.parts {
-		if !p.contested {
-			continue
-		}
+	for _, p := range r.contested {
 		if p.grant > even && p.leaseEnd-margin <= rnow {
 			e.SetShare(p.kl.key, p.kl.lim, local.Share(even))
 			p.grant = even
@@ -603,6 +600,7 @@ func (r *Reconciler) expireShares() {
 				continue // still using more than its split: its claim is being renewed
 			}
 			p.contested, p.joined, p.grant, p.join, p.recall = false, false, 0, false, false
+			delete(r.contested, kl)
 		}
 		r.dropClaim(kl)
 		e.Contest(rnow, kl.key, kl.lim, false, 0, false)
