@@ -120,9 +120,13 @@ type Config struct {
 	ActiveWindow time.Duration
 	// MaxKeys bounds the (key, limit) states held in memory: the least
 	// recently used are evicted, their unreported spend is kept for the
-	// reconciler, and a sketch remembers how spent they were, so an evicted
-	// key never comes back with a burst it had used. Zero means 1,048,576.
-	// About 200 bytes a key (docs/benchmarks.md).
+	// reconciler, and a record per key remembers how spent they were, so an
+	// evicted key never comes back with a burst it had used, while the
+	// keys evicted spent within their refill time number at most MaxKeys
+	// (beyond, the records turning fresh first are forgotten and counted in
+	// Stats().EvictionsForgotten). Zero means 1,048,576. About 200 bytes a
+	// key held, and 32 more for the records once keys are evicted
+	// (docs/benchmarks.md).
 	MaxKeys int
 	// MaxPending bounds the keys the reconciler keeps counts for: keys
 	// reported recently, and keys with spend Redis has not acknowledged

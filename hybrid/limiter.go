@@ -49,13 +49,14 @@ type Limiter struct {
 	breaker    *breaker.Breaker
 	reconciler *reconcile.Reconciler
 
-	closed   atomic.Bool
-	lost     atomic.Uint64 // sync decisions on keys whose state Redis had lost
-	lostMu   sync.Mutex
-	lostKeys map[string]struct{} // keys named in the log already
-	heavyLog atomic.Bool         // a heavy request refused while degraded was logged
-	stop     context.CancelFunc
-	done     sync.WaitGroup
+	closed    atomic.Bool
+	lost      atomic.Uint64 // sync decisions on keys whose state Redis had lost
+	lostMu    sync.Mutex
+	lostKeys  map[string]struct{} // keys named in the log already
+	heavyLog  atomic.Bool         // a heavy request refused while degraded was logged
+	forgotLog atomic.Bool         // a forgotten eviction was logged
+	stop      context.CancelFunc
+	done      sync.WaitGroup
 }
 
 // New returns a Limiter configured by cfg and starts its background work
@@ -151,11 +152,21 @@ func (l *Limiter) connect() error {
 // closed. The breaker's own transitions switch degraded mode at once; this
 // also ends a start that was degraded before the breaker saw any failure.
 func (l *Limiter) afterRound(info reconcile.RoundInfo) {
+	l.checkForgotten()
 	if info.Err == nil && l.breaker.Healthy() {
 		l.engine.SetDegraded(false)
 	}
 	if l.cfg.OnRound != nil {
 		l.cfg.OnRound(info)
+	}
+}
+
+// checkForgotten logs, once, that the engine lost records of keys evicted
+// before they were fresh (Stats().EvictionsForgotten counts them).
+func (l *Limiter) checkForgotten() {
+	if n := l.engine.EvictionsForgotten(); n > 0 && l.forgotLog.CompareAndSwap(false, true) {
+		l.log.Warn("hybrid: more keys were evicted spent, within their refill time, than the memory of evictions holds: a key coming back may find more than it had left; raise MaxKeys to the keys active within a limit's refill time (counted in Stats().EvictionsForgotten; logged once)",
+			"forgotten", n, "max_keys", l.cfg.MaxKeys)
 	}
 }
 
@@ -183,6 +194,7 @@ func (l *Limiter) janitor(ctx context.Context) {
 			return
 		case <-t.C:
 			l.engine.Sweep(l.now(), 256)
+			l.checkForgotten()
 		}
 	}
 }
@@ -467,6 +479,10 @@ type Stats struct {
 	// Redis refuses) for weighing more than this node's share of their
 	// limit: every node deciding alone could admit one at once.
 	HeavyRefused uint64
+	// EvictionsForgotten counts keys evicted before they were fresh whose
+	// record was lost because more such keys were evicted within their
+	// refill time than MaxKeys: each may come back fresher than it was.
+	EvictionsForgotten uint64
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
@@ -478,6 +494,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	s.StateLost = l.lost.Load()
 	s.HeavyRefused = l.engine.HeavyRefused()
+	s.EvictionsForgotten = l.engine.EvictionsForgotten()
 	if l.reconciler != nil {
 		s.Reconcile = l.reconciler.Stats()
 		s.StateLost += s.Reconcile.StateLost

@@ -47,8 +47,9 @@ type Config struct {
 	Shards int
 	// MaxKeys bounds the (key, limit) states held; beyond it the least
 	// recently used key of the shard a new key lands in is evicted (its
-	// unreported spend is kept for the reconciler, and a sketch remembers
-	// how spent it was, so it does not come back with a fresh burst). Zero
+	// unreported spend is kept for the reconciler, and a record of how
+	// spent it was, so it does not come back with a fresh burst; records
+	// take 32 bytes per key of MaxKeys, made on a shard's first eviction). Zero
 	// means DefaultMaxKeys. The bound is the engine's, not a shard's: it
 	// holds MaxKeys keys whatever their spread over shards, give or take a
 	// few while a shard that holds none takes its first.
@@ -76,9 +77,11 @@ type Engine struct {
 	spendDue bool
 	claimed  atomic.Pointer[func(key string, lim limit.Limit) (Share, bool)]
 	maxKeys  int64
-	keys     atomic.Int64  // states held, extras included
-	evicted  lazySketch    // made on the first eviction of a key not yet fresh
-	dropped  atomic.Uint64 // spend dropped because a shard's orphans were full
+	keys     atomic.Int64 // states held, extras included
+	// forgotten counts records of evicted keys lost before they were fresh:
+	// the table of a shard was full of live ones (evictions.go).
+	forgotten atomic.Uint64
+	dropped   atomic.Uint64 // spend dropped because a shard's orphans were full
 	// heavyRefused counts requests refused while degraded for being
 	// heavier than the node's share (AllowDegraded).
 	heavyRefused atomic.Uint64
@@ -138,9 +141,8 @@ func New(cfg Config) (*Engine, error) {
 	perShard := 2*((maxKeys+shards-1)/shards) + 8
 	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards),
 		track: cfg.TrackSpend, spendDue: cfg.SpendDue, maxKeys: int64(maxKeys)}
-	e.evicted.width = maxKeys / 4
 	for i := range e.shards {
-		if err := e.shards[i].init(e, perShard, &e.zones); err != nil {
+		if err := e.shards[i].init(e, perShard, 2*((maxKeys+shards-1)/shards), &e.zones); err != nil {
 			return nil, fmt.Errorf("local: %w", err)
 		}
 	}
@@ -157,7 +159,7 @@ func ceilPow2(n int) int {
 }
 
 // hash is a key's seeded hash: it picks the shard, and with the limit, the
-// cells of the sketch of evicted keys.
+// records of evicted keys.
 func (e *Engine) hash(key string) uint64 { return maphash.String(e.seed, key) }
 
 func (e *Engine) shardOf(h uint64) *shard { return &e.shards[h&e.mask] }
@@ -387,8 +389,8 @@ func (e *Engine) SetShare(key string, lim limit.Limit, s Share) bool {
 // Contest marks (key, lim) as contested, or no longer: a contested key is
 // decided in the share the caller sets (SetShare, Grow), starting in s; an
 // uncontested one in the fleet's even split. With restore, a key the engine
-// does not hold is made from the sketch of evicted keys when the sketch says
-// it was evicted spent, so that its spent state joins the contest. It
+// does not hold is made from the record of its eviction when it was
+// evicted spent, so that its spent state joins the contest. It
 // returns whether the engine holds the key (now).
 func (e *Engine) Contest(now int64, key string, lim limit.Limit, on bool, s Share, restore bool) bool {
 	if limit.CheckKey(key) != nil || lim.Validate() != nil {
@@ -400,7 +402,7 @@ func (e *Engine) Contest(now int64, key string, lim limit.Limit, on bool, s Shar
 	defer sh.mu.Unlock()
 	en := sh.peek(key, lim)
 	if en == nil && on && restore {
-		if _, _, spent := e.evicted.bound(limitHash(h, lim), sh.at(now)); spent {
+		if _, _, spent := sh.evictions.bound(limitHash(h, lim), sh.at(now)); spent {
 			en, _ = sh.lookup(key, h, lim, Share(e.newKey.Load()))
 		}
 	}
@@ -625,6 +627,13 @@ func (e *Engine) Len() int { return int(e.keys.Load()) }
 // the engine is degraded) refused since the engine was made for being
 // heavier than the node's share of their limit's capacity.
 func (e *Engine) HeavyRefused() uint64 { return e.heavyRefused.Load() }
+
+// EvictionsForgotten returns how many records of keys evicted before they
+// were fresh were lost since the engine was made, because a shard's table
+// of them was full of live records (more keys evicted spent, within their
+// refill time, than MaxKeys): each such key may come back fresher than it
+// was.
+func (e *Engine) EvictionsForgotten() uint64 { return e.forgotten.Load() }
 
 // Dropped returns the spend dropped since the engine was made because a
 // shard's orphans were full: admitted, never to be reported.

@@ -3,14 +3,14 @@ package local
 import "github.com/hybridlimit/hybridlimit/limit"
 
 // Forget drops the state of (key, lim), with the spend and demand not yet
-// taken (TakeSpend will not report them), and without a trace in the sketch
-// of evicted keys: the key starts afresh under lim, as if it had never been
+// taken (TakeSpend will not report them), and any record of its eviction: the key starts afresh under lim, as if it had never been
 // seen. It reports whether there was anything to forget. The key's other
 // limits are left as they are. It is what a Reset does in memory.
 func (e *Engine) Forget(key string, lim limit.Limit) bool {
 	if limit.CheckKey(key) != nil {
 		return false
 	}
+	lim = lim.Canonical()
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
@@ -27,6 +27,7 @@ func (e *Engine) Forget(key string, lim limit.Limit) bool {
 	}
 	clear(sh.orphans[len(kept):])
 	sh.orphans = kept
+	sh.evictions.forget(limitHash(h, lim))
 	en := sh.peek(key, lim)
 	if en == nil {
 		return found
@@ -37,7 +38,7 @@ func (e *Engine) Forget(key string, lim limit.Limit) bool {
 	en.st = [3]int64{}
 	sh.freeLog(en)
 	if !en.has(flagExtra) && !en.has(flagExtras) {
-		sh.keys.Remove(key) // fresh now: nothing for the sketch
+		sh.keys.Remove(key) // fresh now: nothing to record
 	}
 	return true
 }

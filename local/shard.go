@@ -52,11 +52,14 @@ type shard struct {
 	logs     []*eventLog  // sliding window logs, by slot (entry.st[1]-1)
 	freeLogs []int64      // free slots of logs
 	zones    *limit.Zones // the engine's: resolves calendar limits' zones
-	_        [24]byte
+	// evictions remembers keys evicted before they were fresh.
+	evictions evictions
+	_         [48]byte
 }
 
-func (sh *shard) init(e *Engine, size int, zones *limit.Zones) error {
+func (sh *shard) init(e *Engine, size, evicted int, zones *limit.Zones) error {
 	sh.e = e
+	sh.evictions = newEvictions(evicted)
 	sh.zones = zones
 	sh.policies = make(map[limit.Limit]*policy)
 	sh.extras = make(map[string][]*entry)
@@ -84,8 +87,8 @@ func (sh *shard) clamp(now int64) int64 {
 func (sh *shard) at(now int64) int64 { return max(now, sh.now) }
 
 // lookup returns the entry of (key, lim), creating it in share s if absent.
-// A new entry starts fresh, unless the sketch of evicted keys says the key
-// was evicted before it was fresh: then it starts as spent as the sketch
+// A new entry starts fresh, unless the records of evicted keys say the key
+// was evicted before it was fresh: then it starts as spent as the record
 // bounds it. lim is validated whenever a new entry is made. h is the key's
 // hash.
 //
@@ -149,11 +152,11 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 	return x, nil
 }
 
-// restore starts a new entry as spent as the sketch of evicted keys bounds
+// restore starts a new entry as spent as the record of its eviction bounds
 // its key at now: a key evicted before it was fresh does not come back with
 // a burst it had used.
 func (sh *shard) restore(en *entry, h uint64, now int64) {
-	freshAt, frac, ok := sh.e.evicted.bound(limitHash(h, en.pol.lim), now)
+	freshAt, frac, ok := sh.evictions.bound(limitHash(h, en.pol.lim), now)
 	if !ok {
 		return
 	}
@@ -343,7 +346,7 @@ func (sh *shard) orphan(s Spend) {
 }
 
 // drop forgets one entry (evicted, or an extra pushed out): its untaken spend
-// goes to the orphans, its state to the sketch when it is not fresh.
+// goes to the orphans, its state to the shard's records of evictions when it is not fresh.
 func (sh *shard) drop(key string, en *entry) {
 	now := sh.now
 	if en.spent != 0 || en.hits != 0 {
@@ -356,7 +359,9 @@ func (sh *shard) drop(key string, en *entry) {
 		en.spent, en.hits = 0, 0
 	}
 	if freshAt, frac := sh.freshness(en, now); freshAt != 0 {
-		sh.e.evicted.record(limitHash(sh.e.hash(key), en.pol.lim), freshAt, frac, now)
+		if sh.evictions.record(limitHash(sh.e.hash(key), en.pol.lim), freshAt, frac, now) {
+			sh.e.forgotten.Add(1)
+		}
 	}
 	en.clear(flagDue | flagPressure | flagDegraded)
 	sh.freeLog(en)
