@@ -78,7 +78,7 @@ func check(key string, lim limit.Limit, n int64) error {
 
 func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int) (Decision, error) {
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
-	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
+	vals, err := run(ctx, s.client, s.scripts.gcra, []string{redisKey(s.prefix, lim.Algorithm, key)},
 		interval, tau, n, mode, ms(s.active)).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
@@ -116,7 +116,7 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
-	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim.Algorithm, key)},
+	vals, err := run(ctx, s.client, s.scripts.window, []string{redisKey(s.prefix, lim.Algorithm, key)},
 		int64(lim.Period/time.Microsecond), lim.Rate, n, sliding, ms(s.active)).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
@@ -160,7 +160,7 @@ func windowResult(lim limit.Limit, allowed bool, n, w, c, p, now int64) limit.Re
 
 func (s *Store) log(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
 	k := redisKey(s.prefix, lim.Algorithm, key)
-	vals, err := s.scripts.log.Run(ctx, s.client, []string{k, k + ":n"},
+	vals, err := run(ctx, s.client, s.scripts.log, []string{k, k + ":n"},
 		int64(lim.Period/time.Microsecond), lim.Rate, n, ms(s.active)).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
