@@ -52,13 +52,18 @@ type Limiter struct {
 	closed atomic.Bool
 	stop   context.CancelFunc
 	done   sync.WaitGroup
+
+	faults     faultState
+	startNodes atomic.Int64 // nodes in the fleet at first contact, until a round says
 }
 
 // New returns a Limiter configured by cfg and starts its background work
 // (the reconciler, or in LocalOnly mode a janitor that forgets idle keys).
-// With a Redis client it first checks that Redis answers, and returns an
-// error wrapping ErrRedisUnavailable if it does not, unless
-// cfg.StartDegraded.
+// With a Redis client it first makes contact, within cfg.StartupTimeout:
+// loads the scripts, reads the eviction policy (and warns if it can evict
+// the limiter's keys), and beats the node's heartbeat, learning the clock
+// offset and the fleet. If Redis does not answer it returns an error
+// wrapping ErrRedisUnavailable, unless cfg.StartDegraded.
 func New(cfg Config) (*Limiter, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -103,13 +108,19 @@ func (l *Limiter) connect() error {
 		OpenFor:      cfg.BreakerOpenFor,
 		Failures:     cfg.BreakerFailures,
 		Inline:       deadlinesReachSockets(cfg.Redis),
-		IsSuccessful: func(err error) bool { return isCallerError(err) || remote.IsKeyFault(err) },
+		IsSuccessful: isCallerError,
+		// A key of another type says nothing about Redis's health, neither
+		// way: it is the key's fault, decided under the fallback and counted
+		// in Faults, never a success that hides it.
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, remote.ErrCanceled)
+			return errors.Is(err, context.Canceled) || errors.Is(err, remote.ErrCanceled) || remote.IsKeyFault(err)
 		},
 		// Under the breaker's lock: an atomic store, nothing more.
 		OnStateChange: func(_, to breaker.State) { l.engine.SetDegraded(to != breaker.Closed) },
+		// Outside it: the log.
+		OnTransition: l.transition,
 	})
+	l.offset.OnStep(l.clockStep)
 	l.reconciler, err = reconcile.New(reconcile.Config{
 		Interval:     cfg.SyncInterval,
 		FleetSize:    cfg.FleetSize,
@@ -120,20 +131,37 @@ func (l *Limiter) connect() error {
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	// First contact: load the scripts, learn the clock offset and the fleet.
+	// First contact, all of it within StartupTimeout (not the per-call
+	// timeouts: a slow Redis at start is not a dead one).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartupTimeout)
 	defer cancel()
 	err = store.Ping(ctx)
 	if err == nil {
-		err = l.reconciler.Round(ctx)
+		l.checkEviction(ctx)
+		err = l.heartbeat(ctx)
 	}
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
 		}
-		l.log.Warn("hybrid: starting degraded: redis unavailable", "err", err)
+		l.log.Warn("hybrid: starting degraded: redis unavailable", "err", err, "fleet_size", cfg.FleetSize)
 		l.engine.SetDegraded(true)
+		l.noteDegraded()
 	}
+	return nil
+}
+
+// heartbeat makes the node's first report, with nothing spent yet: the
+// fleet learns of the node, and the node learns the fleet and Redis's clock.
+func (l *Limiter) heartbeat(ctx context.Context) error {
+	var round remote.Round
+	sent := l.clock.Now()
+	if err := l.store.Reconcile(ctx, nil, &round); err != nil {
+		return err
+	}
+	l.offset.Observe(sent, time.Unix(0, round.Now), l.clock.Now())
+	l.engine.SetFleet(l.cfg.FleetSize, round.Nodes)
+	l.startNodes.Store(int64(round.Nodes))
 	return nil
 }
 
@@ -143,6 +171,7 @@ func (l *Limiter) connect() error {
 func (l *Limiter) afterRound(info reconcile.RoundInfo) {
 	if info.Err == nil && l.breaker.Healthy() {
 		l.engine.SetDegraded(false)
+		l.noteDegraded()
 	}
 	if l.cfg.OnRound != nil {
 		l.cfg.OnRound(info)
@@ -208,8 +237,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // An error is the caller's mistake: an empty or oversized key, an invalid
 // limit, n above the limit's capacity, an algorithm the mode cannot run
 // (ErrUnsupported), a closed limiter. Redis trouble is never an error: the
-// Decision's Source is Degraded. ctx bounds the call to Redis in Sync mode;
-// the Async and LocalOnly paths never block and ignore it.
+// Decision's Source is Degraded. ctx bounds the call to Redis in Sync mode:
+// if it ends before Redis answers, the decision is made from memory under
+// the Fallback (Source Degraded), and, being the caller's deadline, it does
+// not count against Redis in the breaker. A key whose Redis value is of
+// another type is decided under the Fallback too (and counted in
+// Stats.Faults). The Async and LocalOnly paths never block and ignore ctx.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
 	if l.closed.Load() {
 		return Decision{}, ErrClosed
@@ -237,6 +270,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+		l.countCall(ctx)
 		return l.store.AllowN(ctx, key, lim, n)
 	})
 	if err == nil {
@@ -245,6 +279,9 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	if isCallerError(err) {
 		return Decision{}, err
+	}
+	if remote.IsKeyFault(err) {
+		l.keyFault(key, err)
 	}
 	return l.degraded(key, lim, n)
 }
@@ -265,9 +302,11 @@ func (l *Limiter) fleet() int {
 		return l.cfg.FleetSize
 	}
 	if l.reconciler != nil {
-		return max(l.reconciler.Stats().Nodes, 1)
+		if n := l.reconciler.Stats().Nodes; n > 0 {
+			return n
+		}
 	}
-	return 1
+	return max(int(l.startNodes.Load()), 1)
 }
 
 // degraded decides from memory under the fallback.
@@ -312,6 +351,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (
 	}
 	if l.mode == Sync && l.breaker.State() != breaker.Open {
 		d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+			l.countCall(ctx)
 			return l.store.ReserveN(ctx, key, lim, n)
 		})
 		if err == nil {
@@ -320,6 +360,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit, n int64) (
 		}
 		if isCallerError(err) {
 			return Reservation{}, err
+		}
+		if remote.IsKeyFault(err) {
+			l.keyFault(key, err)
 		}
 	}
 	src := Local
@@ -377,16 +420,31 @@ func (l *Limiter) cancel(key string, lim Limit, n int64, src Source) {
 }
 
 // Close stops the limiter's background work and reports, in one last round,
-// what this node spent and had not reported yet. It waits for that round at
-// most until ctx is done, and returns an error if some spend could not be
-// reported. Decisions after Close return ErrClosed. Close does not close the
-// Redis client, which stays the caller's.
+// what this node spent and had not reported yet. It returns by ctx's
+// deadline whatever the Redis client's options, also with a round in flight
+// on a Redis that stopped answering (that round then ends on its own, at its
+// timeout), and returns an error if some spend was not reported, saying on
+// how many keys. Decisions after Close return ErrClosed. Close does not close
+// the Redis client, which stays the caller's.
 func (l *Limiter) Close(ctx context.Context) error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	l.stop()
-	l.done.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		l.done.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		if l.reconciler == nil {
+			return nil
+		}
+		return fmt.Errorf("hybrid: close: %w with a round still in flight: %d keys of spend not reported",
+			ctx.Err(), l.reconciler.Unreported())
+	}
 	if l.reconciler == nil {
 		return nil
 	}
@@ -402,12 +460,23 @@ type Stats struct {
 	Reconcile     reconcile.Stats
 	Keys          int // keys held in memory
 	ClockOffset   time.Duration
+	// Faults counts the faults that changed decisions without stopping
+	// Redis (an evicting policy, a key of another type, a clock step).
+	Faults Faults
+	// DecisionCalls counts the decision path's calls to Redis (Sync mode) by
+	// the breaker state that let each through: what shows, whatever the
+	// machine's load, that no decision waits on Redis while the breaker is
+	// open.
+	DecisionCalls DecisionCalls
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
 // count keys: call it from a metrics scrape, not per request.
 func (l *Limiter) Stats() Stats {
 	s := Stats{Mode: l.mode, Degraded: l.engine.Degraded(), Keys: l.engine.Len(), ClockOffset: l.offset.Applied()}
+	f := &l.faults
+	s.Faults = Faults{EvictingPolicy: f.evicting.Load(), UncheckedPolicy: f.unchecked.Load(), KeyFaults: f.keyFaults.Load(), ClockSteps: l.offset.Steps()}
+	s.DecisionCalls = DecisionCalls{Closed: f.calls[breaker.Closed].Load(), Probes: f.calls[breaker.HalfOpen].Load(), Open: f.calls[breaker.Open].Load()}
 	if l.breaker != nil {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()
 	}

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -106,7 +105,7 @@ type Reconciler struct {
 	deps Deps
 	log  *slog.Logger
 
-	mu       sync.Mutex // one round at a time; guards the fields below
+	mu       roundLock // one round at a time; guards the fields below
 	counters *counters
 	taken    []local.Spend
 	due      []*counter
@@ -155,7 +154,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round)}
+	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round), mu: newRoundLock()}
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
 	return r, nil
 }
@@ -199,8 +198,10 @@ func (r *Reconciler) Round(ctx context.Context) error {
 }
 
 func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if err := r.mu.lock(ctx); err != nil {
+		return RoundInfo{Err: err}, err // a round in flight outlasted ctx
+	}
+	defer r.mu.unlock()
 	if b := r.deps.Breaker; b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.
@@ -219,6 +220,7 @@ func (r *Reconciler) runRound(ctx context.Context) (RoundInfo, error) {
 	if lost > 0 {
 		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
 	}
+	r.stats.pending.Store(int64(r.counters.unacked())) // what this round carries, should it never return
 
 	clear(r.due)
 	r.due = r.counters.due(r.due[:0])
@@ -314,15 +316,42 @@ func (r *Reconciler) lose(weight int64, why string, args ...any) {
 }
 
 // Flush runs a round now and reports whether everything this node spent has
-// reached Redis: nil, or the round's error and how much is still pending.
+// reached Redis: nil, or the round's error and how many keys' spend is not
+// reported. It returns by ctx's deadline, also while another round is in
+// flight (its outcome then unknown).
 func (r *Reconciler) Flush(ctx context.Context) error {
 	if err := r.Round(ctx); err != nil {
-		return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", r.stats.pending.Load(), err)
+		return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", r.Unreported(), err)
 	}
 	if n := r.stats.pending.Load(); n > 0 {
 		return fmt.Errorf("reconcile: flush: %d keys of spend not reported", n)
 	}
 	return nil
+}
+
+// Unreported returns how many keys hold spend that Redis has not
+// acknowledged: those counted in rounds, and those the engine holds that no
+// round has taken yet (taken now, so they are counted once, when no round is
+// in flight). While a round is in flight it counts what that round carries
+// as if it failed, plus what was spent since: an upper bound.
+func (r *Reconciler) Unreported() int {
+	if !r.mu.tryLock() {
+		return int(r.stats.pending.Load()) + r.deps.Engine.Untaken()
+	}
+	defer r.mu.unlock()
+	now := r.deps.Clock.Now()
+	r.taken = r.deps.Engine.TakeSpend(r.taken[:0])
+	lost := int64(0)
+	for _, s := range r.taken {
+		lost += r.counters.add(s, now)
+	}
+	clear(r.taken)
+	if lost > 0 {
+		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
+	}
+	n := r.counters.unacked()
+	r.stats.pending.Store(int64(n))
+	return n
 }
 
 // Stats is a snapshot of the reconciler's counters.
