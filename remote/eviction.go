@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,11 +22,14 @@ var ErrCannotCheck = errors.New("remote: cannot read the redis configuration")
 // neither command is allowed the error wraps ErrCannotCheck; any other
 // failure is an *Error as usual.
 func (s *Store) MaxmemoryPolicy(ctx context.Context) (string, error) {
+	var mu sync.Mutex // ForEachMaster asks the masters at once
 	var policies []string
 	one := func(ctx context.Context, c redis.Cmdable) error {
 		p, err := maxmemoryPolicy(ctx, c)
 		if err == nil {
+			mu.Lock()
 			policies = append(policies, p)
+			mu.Unlock()
 		}
 		return err
 	}

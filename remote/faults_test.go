@@ -239,3 +239,18 @@ func TestSlidingLogRetryWithWeights(t *testing.T) {
 		assert.Equal(t, want, d.RetryAfter, "n=%d", n)
 	}
 }
+
+// On a Cluster every master is asked: one that can evict is enough.
+func TestMaxmemoryPolicyOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := New(cl.Client(t), Options{})
+	require.NoError(t, err)
+	p, err := s.MaxmemoryPolicy(bg)
+	require.NoError(t, err)
+	assert.Equal(t, "noeviction", p)
+	_, err = cl.Masters()[1].Do("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	require.NoError(t, err)
+	p, err = s.MaxmemoryPolicy(bg)
+	require.NoError(t, err)
+	assert.Equal(t, "allkeys-lru", p)
+}
