@@ -195,7 +195,7 @@ func runScenario(t *testing.T, sc scenario) {
 	sc.heal(t, e)
 	healed := time.Since(start)
 	tl := wait(t)
-	m := measure(nodes)
+	m := measure(nodes, start.Add(injected), start.Add(healed+recovery))
 
 	// 1. No Allow returned an error.
 	assert.NoError(t, tl.FirstError)

@@ -29,31 +29,23 @@ type node struct {
 	slowest     atomic.Int64
 	first, last atomic.Int64 // Unix ns of the first and the last decision
 
-	mu        sync.Mutex
-	lastRound time.Time     // when the last successful round began
-	maxGap    time.Duration // the longest time between two successful rounds' starts, outages aside
-	maxRTT    time.Duration // the longest successful round
+	mu     sync.Mutex
+	rounds []round // the successful rounds
 }
 
-// outageGap is a gap between successful rounds long enough to be an outage
-// (the breaker opened): spend then is bounded by the degraded limits, not by
-// the interval.
-const outageGap = time.Second
+// round is one successful reconciliation round of a node.
+type round struct {
+	began time.Time
+	took  time.Duration
+}
 
 func (n *node) observeRound(info hybrid.RoundInfo) {
 	if info.Err != nil {
 		return
 	}
-	began := time.Now().Add(-info.Duration)
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.lastRound.IsZero() {
-		if gap := began.Sub(n.lastRound); gap < outageGap {
-			n.maxGap = max(n.maxGap, gap)
-		}
-	}
-	n.lastRound = began
-	n.maxRTT = max(n.maxRTT, info.Duration)
+	n.rounds = append(n.rounds, round{began: time.Now().Add(-info.Duration), took: info.Duration})
+	n.mu.Unlock()
 }
 
 func (n *node) AllowN(ctx context.Context, key string, lim hybrid.Limit, k int64) (hybrid.Decision, error) {
@@ -110,7 +102,10 @@ type measured struct {
 	rtt      time.Duration // the longest successful round
 }
 
-func measure(nodes []*node) measured {
+// measure takes the run's measures, the rounds between from and to aside:
+// the fault and the recovery after it, when spend is bounded by the
+// degraded limits rather than by the interval between rounds.
+func measure(nodes []*node, from, to time.Time) measured {
 	var m measured
 	first, last := int64(0), int64(0)
 	for _, n := range nodes {
@@ -119,13 +114,25 @@ func measure(nodes []*node) measured {
 		}
 		last = max(last, n.last.Load())
 		n.mu.Lock()
-		m.interval = max(m.interval, n.maxGap)
-		m.rtt = max(m.rtt, n.maxRTT)
+		for i, r := range n.rounds {
+			if r.began.Add(r.took).After(from) && r.began.Before(to) {
+				continue
+			}
+			m.rtt = max(m.rtt, r.took)
+			if i > 0 && !(n.rounds[i-1].began.Before(to) && r.began.After(from)) {
+				m.interval = max(m.interval, r.began.Sub(n.rounds[i-1].began))
+			}
+		}
 		n.mu.Unlock()
 	}
 	m.span = time.Duration(last - first)
 	return m
 }
+
+// recovery is how long after a fault ends the fleet may take to find Redis
+// again (probes every BreakerOpenFor, a cluster converging): its rounds are
+// not the steady state the interval is measured in.
+const recovery = 2 * time.Second
 
 // bound is the documented bound (fleetsim.AsyncBound) over a window of w,
 // with the interval and round trip the run measured where they exceed the

@@ -249,7 +249,7 @@ func TestTransitionsAreToldWithTheirCause(t *testing.T) {
 	assert.Equal(t, Transition{From: Closed, To: Open, Cause: errLast, At: got[0].At}, got[0])
 	assert.False(t, got[0].At.IsZero())
 
-	time.Sleep(30 * time.Millisecond) // gobreaker reads the real clock
+	time.Sleep(30 * time.Millisecond)                                                  // gobreaker reads the real clock
 	_, err := Call(bg, b, 0, func(context.Context) (int, error) { return 0, errBoom }) // a failed probe
 	assert.ErrorIs(t, err, errBoom)
 	time.Sleep(30 * time.Millisecond)

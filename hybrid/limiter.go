@@ -135,11 +135,7 @@ func (l *Limiter) connect() error {
 	// timeouts: a slow Redis at start is not a dead one).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartupTimeout)
 	defer cancel()
-	err = store.Ping(ctx)
-	if err == nil {
-		l.checkEviction(ctx)
-		err = l.heartbeat(ctx)
-	}
+	err = l.firstContact(ctx)
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
@@ -149,6 +145,36 @@ func (l *Limiter) connect() error {
 		l.noteDegraded()
 	}
 	return nil
+}
+
+// firstContact loads the scripts, checks the eviction policy and beats the
+// first heartbeat, trying again (after 50 ms, then twice as long each time)
+// until one attempt succeeds or ctx ends: a call that fails on the client's
+// own timeouts (a loaded machine, a slow network) is not a dead Redis.
+func (l *Limiter) firstContact(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	checked := false
+	for {
+		err := l.store.Ping(ctx)
+		if err == nil && !checked {
+			l.checkEviction(ctx)
+			checked = true
+		}
+		if err == nil {
+			err = l.heartbeat(ctx)
+		}
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // heartbeat makes the node's first report, with nothing spent yet: the
@@ -419,8 +445,9 @@ func (l *Limiter) cancel(key string, lim Limit, n int64, src Source) {
 	}
 }
 
-// Close stops the limiter's background work and reports, in one last round,
-// what this node spent and had not reported yet. It returns by ctx's
+// Close stops the limiter's background work and reports, in a last round,
+// what this node spent and had not reported yet; if that round fails and ctx
+// has a deadline, it tries again until the deadline. It returns by ctx's
 // deadline whatever the Redis client's options, also with a round in flight
 // on a Redis that stopped answering (that round then ends on its own, at its
 // timeout), and returns an error if some spend was not reported, saying on

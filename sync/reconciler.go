@@ -316,12 +316,33 @@ func (r *Reconciler) lose(weight int64, why string, args ...any) {
 }
 
 // Flush runs a round now and reports whether everything this node spent has
-// reached Redis: nil, or the round's error and how many keys' spend is not
-// reported. It returns by ctx's deadline, also while another round is in
-// flight (its outcome then unknown).
+// reached Redis: nil, or the last round's error and how many keys' spend is
+// not reported. When a round fails and ctx has a deadline it tries again
+// (after the breaker's probe delay, at least an interval) until the
+// deadline; without one it tries once. It returns by ctx's deadline, also
+// while another round is in flight (its outcome then unknown).
 func (r *Reconciler) Flush(ctx context.Context) error {
-	if err := r.Round(ctx); err != nil {
-		return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", r.Unreported(), err)
+	_, retry := ctx.Deadline()
+	for {
+		err := r.Round(ctx)
+		if err == nil {
+			break
+		}
+		n := r.Unreported()
+		if n == 0 {
+			return nil // nothing to report: the failed round carried only the heartbeat
+		}
+		wait := max(r.deps.Breaker.ProbeIn(time.Now()), r.cfg.Interval)
+		if d, ok := ctx.Deadline(); !retry || !ok || time.Until(d) < wait {
+			return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", n, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("reconcile: flush: %d keys of spend not reported: %w", n, err)
+		case <-t.C:
+		}
 	}
 	if n := r.stats.pending.Load(); n > 0 {
 		return fmt.Errorf("reconcile: flush: %d keys of spend not reported", n)
