@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +71,24 @@ func within(t *testing.T, got, want, tol float64, what string) {
 	assert.LessOrEqual(t, math.Abs(got-want), tol*want, "%s: admitted %.0f, want %.0f ± %.0f%%", what, got, want, 100*tol)
 }
 
+// accurate is within for a whole run: never above the target's tolerance,
+// and below it by no more than the tolerance plus what the load's driver
+// failed to offer in time on a starved machine (fleetsim's Starved, at the
+// limit's rate). On an idle machine Starved is 0 and this is within.
+func accurate(t *testing.T, tl *fleetsim.Timeline, want, tol float64, what string) {
+	t.Helper()
+	got := float64(tl.Total().Admitted)
+	if tl.Starved == 0 {
+		within(t, got, want, tol, what)
+		return
+	}
+	short := accRate * tl.Starved.Seconds()
+	t.Logf("%s: admitted %.0f of %.0f (%+.2f%%, target ±%.0f%%); the driver starved for %v (up to %.0f not offered in time)",
+		what, got, want, 100*(got-want)/want, 100*tol, tl.Starved, short)
+	assert.LessOrEqual(t, got, want*(1+tol), "%s: admitted %.0f, want at most %.0f", what, got, want*(1+tol))
+	assert.GreaterOrEqual(t, got, want*(1-tol)-short, "%s: admitted %.0f, want at least %.0f", what, got, want*(1-tol)-short)
+}
+
 // bounded asserts the run never beat the bound, over the whole run and over
 // every one-second window.
 func bounded(t *testing.T, tl *fleetsim.Timeline, nodes int) {
@@ -104,7 +123,7 @@ func TestAccuracy(t *testing.T) {
 	t.Run("spread evenly", func(t *testing.T) {
 		t.Parallel()
 		tl := drive(t, fleet(t, "even:"), nil)
-		within(t, float64(tl.Total().Admitted), limit, 0.02, "spread evenly")
+		accurate(t, tl, limit, 0.02, "spread evenly")
 		bounded(t, tl, accNodes)
 	})
 
@@ -116,7 +135,7 @@ func TestAccuracy(t *testing.T) {
 			}
 			return 0.1 / 3
 		})
-		within(t, float64(tl.Total().Admitted), limit, 0.05, "90% on one node")
+		accurate(t, tl, limit, 0.05, "90% on one node")
 		bounded(t, tl, accNodes)
 	})
 
@@ -176,14 +195,17 @@ func TestAccuracy(t *testing.T) {
 		total := tl.Total()
 		degraded := float64(total.Sources[hybrid.Degraded])
 		if degraded == 0 {
-			within(t, float64(total.Admitted), limit, 0.01, "sync")
+			accurate(t, tl, limit, 0.01, "sync")
 		} else {
 			t.Logf("sync: %v decisions timed out and were made under the fallback", degraded)
 			assert.LessOrEqual(t, float64(total.Admitted), limit*1.01+degraded, "sync: exact, but for the decisions made under the fallback")
 		}
+		// A decision is put in its bucket when it returns: a slow one lands
+		// late, by up to the slowest decision's latency.
+		slowest := slices.Max(tl.Latencies)
 		worst, _ := tl.MaxWindow(time.Second)
-		assert.LessOrEqual(t, float64(worst), fleetsim.Limit(accRate, accBurst, time.Second)+accRate*0.1+degraded,
-			"sync: no window beyond the limit (and a bucket of timing, and the fallback's decisions)")
+		assert.LessOrEqual(t, float64(worst), fleetsim.Limit(accRate, accBurst, time.Second)+accRate*(0.1+slowest.Seconds())+degraded,
+			"sync: no window beyond the limit (and a bucket of timing, the slowest decision's lateness, and the fallback's decisions)")
 	})
 	t.Run("control: local only", func(t *testing.T) {
 		t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
-	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
@@ -77,7 +77,9 @@ func (h *logged) String() string {
 // unrelated key is then still decided in Redis.
 func TestCallerDeadlineDoesNotOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Fallback: FailClosed})
+	// A Redis timeout no loaded machine reaches: the test is about the
+	// caller's deadline, not Redis's.
+	l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Fallback: FailClosed, RedisTimeout: 5 * time.Second})
 	expired, cancel := context.WithDeadline(bg, time.Now().Add(-time.Millisecond))
 	defer cancel()
 	for range 3 {
@@ -220,7 +222,10 @@ func TestNodeClockStepIsRecognisedWithinARound(t *testing.T) {
 	for _, step := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
 		t.Run(step.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			clk := clock.NewManual(time.Now())
+			// The node's clock runs with real time, as Redis's does, until
+			// the test steps it: no sleeping, and no clock that stands
+			// still while Redis's runs (which would be a step of its own).
+			clk := &steppedClock{}
 			l := newLimiter(t, Config{Redis: srv.Client(t), Clock: clk, SyncInterval: time.Hour}) // rounds only when the test runs them
 			lim := PerSecond(50)
 			round := func() { require.NoError(t, l.reconciler.Round(bg)) }
@@ -229,7 +234,7 @@ func TestNodeClockStepIsRecognisedWithinARound(t *testing.T) {
 			began := time.Now()
 			require.Equal(t, 50, offer(60), "the burst")
 			round()
-			clk.Advance(step)
+			clk.step.Store(int64(step))
 			before := offer(60) // until the next round the node decides on its stepped clock
 			round()
 			after := 0
@@ -237,9 +242,8 @@ func TestNodeClockStepIsRecognisedWithinARound(t *testing.T) {
 				after += offer(50)
 				round()
 			}
-			// Redis refills in real time while the test runs, the node's
-			// clock standing still: that much may pass, and one burst of debt
-			// forgiven.
+			// Redis refills in real time while the test runs: that much may
+			// pass, and one burst of debt forgiven.
 			bound := 50*time.Since(began).Seconds() + 50
 			t.Logf("step %v: %d admitted before the round that saw it, %d in the 10 rounds after (bound %.0f)", step, before, after, bound)
 			assert.LessOrEqual(t, before, 50, "at most one burst before the step is seen")
@@ -253,6 +257,11 @@ func TestNodeClockStepIsRecognisedWithinARound(t *testing.T) {
 	}
 }
 
+// steppedClock is the real clock, stepped by step.
+type steppedClock struct{ step atomic.Int64 }
+
+func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.step.Load())) }
+
 // A key of another type under the prefix (someone else's data): a Sync
 // decision on it is made under the fallback, the key is logged once by name
 // and counted, and the breaker counts it as neither a success (which would
@@ -262,7 +271,7 @@ func TestKeyOfAnotherType(t *testing.T) {
 	_, err := srv.Do("SET", "rl:tb:{theirs}", "not a bucket")
 	require.NoError(t, err)
 	log, h := newLogger()
-	l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Logger: log, FleetSize: 4})
+	l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Logger: log, FleetSize: 4, RedisTimeout: 5 * time.Second})
 	lim := Per(100, time.Hour)
 	admitted, sources := count(t, l, "theirs", lim, 40)
 	assert.Equal(t, 25, admitted, "the conservative fallback: a quarter, FleetSize being 4")

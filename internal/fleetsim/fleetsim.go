@@ -66,6 +66,12 @@ type Timeline struct {
 	Latencies []time.Duration
 	// FirstError is the first error a decision returned, if any.
 	FirstError error
+	// Starved is, for the node whose driver was held up the longest, the
+	// time it went without offering beyond what the limit's burst covers
+	// (Burst emission intervals): a starved scheduler's doing. A limiter
+	// cannot admit what was not offered in time, so under-admission up to
+	// the limit's rate times Starved is the machine's, not the limiter's.
+	Starved time.Duration
 }
 
 // Drive offers load to nodes for run.Duration and records the timeline. It
@@ -105,6 +111,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 	}
 
 	var mu sync.Mutex // guards tl
+	fill := time.Duration(run.Limit.Burst) * run.Limit.Interval()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, node := range nodes {
@@ -116,21 +123,27 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 			owed := 0.0 // requests this node should have sent and has not
 			last := time.Duration(0)
 			var lat []time.Duration
+			var starved time.Duration
+			finish := func() {
+				mu.Lock()
+				tl.Latencies = append(tl.Latencies, lat...)
+				tl.Starved = max(tl.Starved, starved)
+				mu.Unlock()
+			}
 			for {
 				select {
 				case <-ctx.Done():
-					mu.Lock()
-					tl.Latencies = append(tl.Latencies, lat...)
-					mu.Unlock()
+					finish()
 					return
 				case <-tick.C:
 				}
 				at := time.Since(start)
 				if at >= run.Duration {
-					mu.Lock()
-					tl.Latencies = append(tl.Latencies, lat...)
-					mu.Unlock()
+					finish()
 					return
+				}
+				if gap := at - last; gap > fill {
+					starved += gap - fill
 				}
 				owed += rateOf(i, at) * (at - last).Seconds()
 				last = at
