@@ -359,7 +359,7 @@ func TestReserveAndWait(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, mode := range []Mode{LocalOnly, Async, Sync} {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg := Config{Mode: mode}
+			cfg := Config{Mode: mode, RedisTimeout: 5 * time.Second} // no loaded machine sends a reservation to the fallback
 			if mode != LocalOnly {
 				cfg.Redis = srv.Client(t)
 				cfg.Prefix = "wait:" + mode.String() + ":"
@@ -372,8 +372,15 @@ func TestReserveAndWait(t *testing.T) {
 			}
 			assert.GreaterOrEqual(t, time.Since(start), 90*time.Millisecond, "the third waited two intervals")
 
-			r, err := l.Reserve(bg, "q", lim, 1)
+			// Two reservations in a row on a queue leaking one a second: the
+			// second waits its turn behind the first (no scheduler delays a
+			// second call by a second).
+			slow := PerMinute(60).WithBurst(3).WithAlgorithm(LeakyBucket)
+			first, err := l.Reserve(bg, "q2", slow, 1)
 			require.NoError(t, err)
+			r, err := l.Reserve(bg, "q2", slow, 1)
+			require.NoError(t, err)
+			assert.True(t, first.Allowed)
 			assert.True(t, r.Allowed)
 			assert.Positive(t, r.Delay)
 

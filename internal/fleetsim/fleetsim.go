@@ -72,6 +72,10 @@ type Timeline struct {
 	// cannot admit what was not offered in time, so under-admission up to
 	// the limit's rate times Starved is the machine's, not the limiter's.
 	Starved time.Duration
+	// Stalled is the longest any node's driver went between two turns of
+	// its loop (a decision's latency, and the scheduler's delays, included):
+	// how late a decision may be put in its bucket.
+	Stalled time.Duration
 }
 
 // Drive offers load to nodes for run.Duration and records the timeline. It
@@ -123,11 +127,12 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 			owed := 0.0 // requests this node should have sent and has not
 			last := time.Duration(0)
 			var lat []time.Duration
-			var starved time.Duration
+			var starved, stalled time.Duration
 			finish := func() {
 				mu.Lock()
 				tl.Latencies = append(tl.Latencies, lat...)
 				tl.Starved = max(tl.Starved, starved)
+				tl.Stalled = max(tl.Stalled, stalled)
 				mu.Unlock()
 			}
 			for {
@@ -142,9 +147,11 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 					finish()
 					return
 				}
-				if gap := at - last; gap > fill {
+				gap := at - last
+				if gap > fill {
 					starved += gap - fill
 				}
+				stalled = max(stalled, gap)
 				owed += rateOf(i, at) * (at - last).Seconds()
 				last = at
 				for ; owed >= 1; owed-- {
