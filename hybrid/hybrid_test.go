@@ -384,9 +384,10 @@ func TestReserveAndWait(t *testing.T) {
 			assert.True(t, r.Allowed)
 			assert.Positive(t, r.Delay)
 
+			// Behind those two, a third would wait about two seconds.
 			ctx, cancel := context.WithTimeout(bg, 10*time.Millisecond)
 			defer cancel()
-			err = l.Wait(ctx, "q", lim, 1)
+			err = l.Wait(ctx, "q2", slow, 1)
 			assert.ErrorIs(t, err, context.DeadlineExceeded, "a wait past the deadline returns at once")
 
 			_, err = l.Reserve(bg, "q", PerSecond(10), 1)
