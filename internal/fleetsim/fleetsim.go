@@ -76,6 +76,10 @@ type Timeline struct {
 	// its loop (a decision's latency, and the scheduler's delays, included):
 	// how late a decision may be put in its bucket.
 	Stalled time.Duration
+	// Span is when the last decision returned, since the run began: the
+	// Duration, or longer when slow decisions made the drivers catch up
+	// after it.
+	Span time.Duration
 }
 
 // Drive offers load to nodes for run.Duration and records the timeline. It
@@ -127,12 +131,13 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 			owed := 0.0 // requests this node should have sent and has not
 			last := time.Duration(0)
 			var lat []time.Duration
-			var starved, stalled time.Duration
+			var starved, stalled, span time.Duration
 			finish := func() {
 				mu.Lock()
 				tl.Latencies = append(tl.Latencies, lat...)
 				tl.Starved = max(tl.Starved, starved)
 				tl.Stalled = max(tl.Stalled, stalled)
+				tl.Span = max(tl.Span, span)
 				mu.Unlock()
 			}
 			for {
@@ -159,7 +164,8 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 					d, err := node.AllowN(ctx, run.Key, run.Limit, 1)
 					took := time.Since(t0)
 					lat = append(lat, took)
-					b := int(time.Since(start) / run.Bucket)
+					span = time.Since(start)
+					b := int(span / run.Bucket)
 					if b >= nb {
 						b = nb - 1
 					}
