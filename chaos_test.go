@@ -11,7 +11,6 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
-	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -21,11 +20,12 @@ import (
 // connections. In every scenario:
 //
 //  1. no Allow returns an error;
-//  2. no decision waits on Redis: in Async mode none takes longer than
-//     asyncHang, in Sync mode none longer than the Redis timeout (plus
-//     scheduling slack);
+//  2. no decision waits on Redis: counted, not timed (see assertNoWait), as
+//     a loaded machine cannot fake it; the wall clock only catches a hang;
 //  3. what the fleet admits while degraded, and over the whole run, stays
-//     within the documented bound of the global limit;
+//     within the documented bound of the global limit, derived from what
+//     the run measured (its span, the longest interval between rounds, the
+//     longest round), which a loaded machine stretches legitimately;
 //  4. the breaker closes after Redis returns;
 //  5. what was spent while Redis was unreachable is in Redis afterwards;
 //  6. no goroutine leaks (goleak, in TestMain).
@@ -44,14 +44,8 @@ const (
 	faultAt       = 2 * time.Second
 	healAt        = 5 * time.Second
 	runFor        = 7 * time.Second
-	// asyncHang is the generous bound that tells a decision from memory from
-	// one that waited on Redis (whose calls time out at 50 ms, and whose
-	// client reads time out at 200 ms).
-	asyncHang = 20 * time.Millisecond
-	// syncSlack is the scheduling a goroutine may wait for on a loaded
-	// machine on top of the Redis timeout.
-	syncSlack = 20 * time.Millisecond
-	// rtt is a generous round trip for the bound.
+	// rtt is a generous round trip for the bound, on an idle machine; a run
+	// that measured longer rounds uses those.
 	rtt = 10 * time.Millisecond
 )
 
@@ -196,38 +190,41 @@ func runScenario(t *testing.T, sc scenario) {
 	start, wait := driveInBackground(nodes, runFor)
 	time.Sleep(time.Until(start.Add(faultAt)))
 	sc.inject(t, e)
+	injected := time.Since(start)
 	time.Sleep(time.Until(start.Add(healAt)))
 	sc.heal(t, e)
+	healed := time.Since(start)
 	tl := wait(t)
+	m := measure(nodes, start.Add(injected), start.Add(healed+recovery))
 
 	// 1. No Allow returned an error.
 	assert.NoError(t, tl.FirstError)
 
 	// 2. Nobody waited on Redis.
-	hang := asyncHang
-	if sc.mode == hybrid.Sync {
-		hang = redisTimeout + syncSlack
-	}
-	assertNoWait(t, nodes, hang)
+	assertNoWait(t, nodes, sc.mode)
 
 	// 3. Within the bound, while degraded and over the run. A wiped Redis
 	// forgot the spend before the fault: one more burst may pass again.
+	// The windows are the ones the run took in fact: its decisions' span,
+	// and the buckets from the injection to the heal, both of which a
+	// starved scheduler may stretch.
 	total := tl.Total()
 	extra := 0.0
 	if sc.wipes {
 		extra = chaosBurst
 	}
-	whole := fleetsim.AsyncBound(chaosRate, chaosBurst, chaosInterval, rtt, chaosNodes, runFor) + extra
+	whole := m.bound(max(m.span, runFor)) + extra
 	assert.LessOrEqual(t, float64(total.Admitted), whole, "over the run")
-	outage := fleetsim.AsyncBound(chaosRate, chaosBurst, chaosInterval, rtt, chaosNodes, healAt-faultAt) + extra
-	during := tl.Admitted(faultAt, healAt)
+	from, to := injected.Truncate(tl.Bucket), healed.Truncate(tl.Bucket)+tl.Bucket
+	outage := m.bound(to-from) + extra
+	during := tl.Admitted(from, to)
 	assert.LessOrEqual(t, float64(during), outage, "during the fault")
 	degraded := total.Sources[hybrid.Degraded]
 	if sc.degrades {
 		assert.Positive(t, degraded, "the fault degraded the fleet")
 	}
-	t.Logf("admitted %d of %d offered (bound %.0f); during the fault %d (bound %.0f); degraded decisions %d; slowest %v",
-		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes))
+	t.Logf("admitted %d of %d offered (bound %.0f); during the fault %d (bound %.0f); degraded decisions %d; slowest %v; measured %+v",
+		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes), m)
 
 	// 4. The breaker closes after Redis returns.
 	assertRecovers(t, nodes, 15*time.Second)

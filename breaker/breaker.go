@@ -10,13 +10,20 @@
 // The state is mirrored into an atomic from gobreaker's OnStateChange (which
 // runs under gobreaker's lock, so nothing there calls back into the breaker),
 // and the hot path reads only that atomic: an open breaker costs a decision
-// one load.
+// one load. Each transition is also queued there and handed to
+// Settings.OnTransition after the call that caused it has left gobreaker,
+// outside every lock, so a logger may take its time.
+//
+// A call cut short by its caller (a context canceled, or a deadline of the
+// caller's that came before the breaker's own timeout) says nothing about
+// the dependency: it is not counted at all.
 package breaker
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,20 +107,49 @@ type Settings struct {
 	// gobreaker's lock: it must be quick, must not block, and must not call
 	// the breaker (an atomic store, a metric).
 	OnStateChange func(from, to State)
+	// OnTransition, if set, is told of every transition too, with its cause,
+	// but outside every lock: on the goroutine of the call that caused it (or
+	// of a later call), once that call has left gobreaker. Transitions reach
+	// it one at a time and in order. It may log, and may call the breaker.
+	OnTransition func(Transition)
+}
+
+// Transition is one change of the breaker's state.
+type Transition struct {
+	From, To State
+	// Cause is, for a transition to Open, the failure that opened the
+	// breaker (for a probe that failed, the probe's). Nil otherwise.
+	Cause error
+	// At is when the transition happened.
+	At time.Time
 }
 
 // Breaker guards calls to Redis. It is safe for concurrent use.
 type Breaker struct {
-	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
-	settings  Settings
-	state     atomic.Int32
-	changes   atomic.Uint64
-	openedAt  atomic.Int64 // Unix ns of the last transition to Open
-	inFlight  chan struct{}
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	settings Settings
+	state    atomic.Int32
+	changes  atomic.Uint64
+	openedAt atomic.Int64 // Unix ns of the last transition to Open
+	inFlight chan struct{}
+
+	// gate serializes the calls into gobreaker (Allow and done), so that the
+	// state read right after Allow is the state that let the call through,
+	// and the error a done reports is the cause of the transition it makes.
+	// OnStateChange runs inside those calls and never takes it.
+	gate  sync.Mutex
+	cause error // the error being reported under gate
+
+	queueMu sync.Mutex   // guards queue; taken under gobreaker's lock, never around a call into it
+	queue   []Transition // transitions not yet handed to OnTransition
+	telling sync.Mutex   // held (TryLock) by the one goroutine handing transitions out
+
 	timeouts  atomic.Uint64
 	rejected  atomic.Uint64
 	failures  atomic.Uint64
 	successes atomic.Uint64
+	excluded  atomic.Uint64
+	probes    atomic.Uint64
 }
 
 // New returns a closed Breaker.
@@ -140,21 +176,87 @@ func New(s Settings) *Breaker {
 		IsSuccessful: func(err error) bool {
 			return err == nil || (s.IsSuccessful != nil && s.IsSuccessful(err))
 		},
-		IsExcluded: func(err error) bool { return s.IsExcluded != nil && s.IsExcluded(err) },
-		// Under gobreaker's lock: atomic stores only, never a call back in.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, errCallerGone) || (err != nil && s.IsExcluded != nil && s.IsExcluded(err))
+		},
+		// Under gobreaker's lock (and under gate, or inside an Allow): atomic
+		// stores and a queue append, never a call back in.
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			f, t := fromGobreaker(from), fromGobreaker(to)
+			now := time.Now()
 			b.state.Store(int32(t))
 			b.changes.Add(1)
+			tr := Transition{From: f, To: t, At: now}
 			if t == Open {
-				b.openedAt.Store(time.Now().UnixNano())
+				b.openedAt.Store(now.UnixNano())
+				tr.Cause = b.cause
 			}
 			if s.OnStateChange != nil {
 				s.OnStateChange(f, t)
 			}
+			if s.OnTransition != nil {
+				b.queueMu.Lock()
+				b.queue = append(b.queue, tr)
+				b.queueMu.Unlock()
+			}
 		},
 	})
 	return b
+}
+
+// allow asks gobreaker to let a call through, and returns the state that let
+// it through.
+func (b *Breaker) allow() (func(error), State, error) {
+	b.gate.Lock()
+	done, err := b.cb.Allow()
+	st := b.State()
+	b.gate.Unlock()
+	b.tell()
+	return done, st, err
+}
+
+// finish reports a call's outcome to gobreaker, then hands out the
+// transitions it caused.
+func (b *Breaker) finish(done func(error), err error) {
+	b.gate.Lock()
+	b.cause = err
+	done(err)
+	b.cause = nil
+	b.gate.Unlock()
+	b.tell()
+}
+
+// tell hands queued transitions to OnTransition, in order, outside every
+// lock but telling, which only one goroutine holds at a time and nobody
+// waits for: a goroutine that finds it taken leaves its transitions to the
+// holder, which looks again before it leaves.
+func (b *Breaker) tell() {
+	if b.settings.OnTransition == nil {
+		return
+	}
+	for {
+		if !b.telling.TryLock() {
+			return
+		}
+		for {
+			b.queueMu.Lock()
+			if len(b.queue) == 0 {
+				b.queueMu.Unlock()
+				break
+			}
+			tr := b.queue[0]
+			b.queue = b.queue[1:]
+			b.queueMu.Unlock()
+			b.settings.OnTransition(tr)
+		}
+		b.telling.Unlock()
+		b.queueMu.Lock()
+		more := len(b.queue) > 0
+		b.queueMu.Unlock()
+		if !more {
+			return
+		}
+	}
 }
 
 func fromGobreaker(s gobreaker.State) State {
@@ -199,6 +301,8 @@ type Counts struct {
 	Successes, Failures uint64 // calls Redis completed, and calls that failed
 	Timeouts            uint64 // calls abandoned at their timeout (also failures)
 	Rejected            uint64 // calls not made: open, or too many in flight
+	Excluded            uint64 // calls counted neither way: cut short by their caller, or excluded by IsExcluded
+	Probes              uint64 // calls let through while half-open
 	Changes             uint64 // state transitions
 }
 
@@ -206,40 +310,85 @@ type Counts struct {
 func (b *Breaker) Counts() Counts {
 	return Counts{
 		Successes: b.successes.Load(), Failures: b.failures.Load(),
-		Timeouts: b.timeouts.Load(), Rejected: b.rejected.Load(), Changes: b.changes.Load(),
+		Timeouts: b.timeouts.Load(), Rejected: b.rejected.Load(), Excluded: b.excluded.Load(),
+		Probes: b.probes.Load(), Changes: b.changes.Load(),
 	}
 }
 
+// errOwnTimeout is the cause of a call's context ending at the breaker's own
+// timeout, as opposed to the caller's deadline.
+var errOwnTimeout = errors.New("breaker: own timeout")
+
+// errCallerGone is reported to gobreaker for a call its caller cut short:
+// excluded, whatever IsExcluded says.
+var errCallerGone = errors.New("breaker: the caller's context ended")
+
+// Admitted returns the state in which the breaker let through the call whose
+// context ctx is (Closed, or HalfOpen for a probe), and false for a context
+// that did not come from Call.
+func Admitted(ctx context.Context) (State, bool) {
+	st, ok := ctx.Value(admittedKey{}).(State)
+	return st, ok
+}
+
+type admittedKey struct{}
+
+// callerGone reports whether a call on cctx (made from ctx) ended because
+// the caller's context ended first: canceled, or its deadline passed
+// before the breaker's own timeout.
+func callerGone(ctx, cctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(cctx), errOwnTimeout)
+}
+
 // Call runs fn through b with timeout (zero means b's Timeout). fn gets a
-// context that ends at the timeout. When the breaker is open Call returns
-// ErrOpen without calling fn; when fn has not returned by the timeout Call
-// returns ErrTimeout at once, counts a failure, and leaves fn to finish on its
-// own goroutine (unless the breaker runs calls inline). Otherwise it returns
+// context that ends at the timeout or with ctx, and tells Admitted which
+// state let it through. When the breaker is open Call returns ErrOpen
+// without calling fn; when fn has not returned by the timeout Call returns
+// ErrTimeout at once, counts a failure, and leaves fn to finish on its own
+// goroutine (unless the breaker runs calls inline). Otherwise it returns
 // what fn returned, after counting it.
+//
+// A call whose ctx is already done is not made: Call returns ctx's error. A
+// call cut short by ctx (canceled, or its deadline before the timeout)
+// returns ctx's error and is counted neither as a success nor as a failure:
+// the caller's deadline says nothing about Redis.
 func Call[T any](ctx context.Context, b *Breaker, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
+	if err := ctx.Err(); err != nil {
+		b.excluded.Add(1)
+		return zero, err
+	}
 	if timeout <= 0 {
 		timeout = b.settings.Timeout
 	}
-	done, err := b.cb.Allow()
+	done, st, err := b.allow()
 	if err != nil {
 		b.rejected.Add(1)
 		return zero, fmt.Errorf("%w: %s", ErrOpen, b.settings.Name)
+	}
+	if st == HalfOpen {
+		b.probes.Add(1)
 	}
 	select {
 	case b.inFlight <- struct{}{}:
 	default:
 		b.rejected.Add(1)
 		b.failures.Add(1)
-		done(ErrBusy)
+		b.finish(done, ErrBusy)
 		return zero, ErrBusy
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	cctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, admittedKey{}, st), timeout, errOwnTimeout)
 	if b.settings.Inline {
 		v, err := fn(cctx)
-		cancel()
 		<-b.inFlight
+		if err != nil && callerGone(ctx, cctx) {
+			cancel()
+			b.excluded.Add(1)
+			b.finish(done, errCallerGone)
+			return v, ctx.Err()
+		}
 		b.count(done, err, cctx)
+		cancel()
 		return v, err
 	}
 	type result struct {
@@ -254,18 +403,26 @@ func Call[T any](ctx context.Context, b *Breaker, timeout time.Duration, fn func
 	}()
 	select {
 	case r := <-ch:
-		cancel()
-		b.count(done, r.err, cctx)
-		return r.v, r.err
-	case <-cctx.Done():
-		cancel()
-		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			done(ctx.Err()) // the caller gave up: excluded if IsExcluded says so
+		if r.err != nil && callerGone(ctx, cctx) {
+			cancel()
+			b.excluded.Add(1)
+			b.finish(done, errCallerGone)
 			return zero, ctx.Err()
 		}
+		b.count(done, r.err, cctx)
+		cancel()
+		return r.v, r.err
+	case <-cctx.Done():
+		if callerGone(ctx, cctx) {
+			cancel()
+			b.excluded.Add(1)
+			b.finish(done, errCallerGone) // the caller gave up: not Redis's doing
+			return zero, ctx.Err()
+		}
+		cancel()
 		b.timeouts.Add(1)
 		b.failures.Add(1)
-		done(ErrTimeout)
+		b.finish(done, ErrTimeout)
 		return zero, ErrTimeout
 	}
 }
@@ -273,14 +430,15 @@ func Call[T any](ctx context.Context, b *Breaker, timeout time.Duration, fn func
 // count reports a finished call's outcome to gobreaker and the counters.
 func (b *Breaker) count(done func(error), err error, ctx context.Context) {
 	switch {
+	case b.settings.IsExcluded != nil && err != nil && b.settings.IsExcluded(err):
+		b.excluded.Add(1)
 	case err == nil || (b.settings.IsSuccessful != nil && b.settings.IsSuccessful(err)):
 		b.successes.Add(1)
-	case b.settings.IsExcluded != nil && b.settings.IsExcluded(err):
 	default:
 		b.failures.Add(1)
 		if ctx.Err() != nil {
 			b.timeouts.Add(1)
 		}
 	}
-	done(err)
+	b.finish(done, err)
 }

@@ -153,10 +153,14 @@ func TestSuccessfulAndExcludedErrors(t *testing.T) {
 	assert.True(t, b.Healthy(), "the caller's mistake is not Redis's failure")
 
 	ctx, cancel := context.WithCancel(bg)
-	cancel()
-	_, err = Call(ctx, b, 0, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+	_, err = Call(ctx, b, 0, func(ctx context.Context) (int, error) { cancel(); <-ctx.Done(); return 0, ctx.Err() })
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.True(t, b.Healthy(), "the caller giving up says nothing about Redis")
+
+	_, err = Call(bg, b, 0, func(context.Context) (int, error) { return 0, context.Canceled })
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.True(t, b.Healthy(), "IsExcluded's errors are not counted")
+	assert.Equal(t, uint64(2), b.Counts().Excluded)
 }
 
 func TestConcurrentCalls(t *testing.T) {
@@ -188,4 +192,129 @@ func TestStateString(t *testing.T) {
 	assert.Equal(t, "half-open", HalfOpen.String())
 	assert.Equal(t, "open", Open.String())
 	assert.Equal(t, "state(9)", State(9).String())
+}
+
+// A caller's own deadline or cancellation says nothing about Redis: three
+// calls whose contexts had already expired, or expired during the call
+// before the breaker's own timeout, leave it closed, in either call mode.
+func TestCallerDeadlineIsNotAFailure(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(map[bool]string{false: "goroutine", true: "inline"}[inline], func(t *testing.T) {
+			b := New(Settings{Failures: 3, Timeout: time.Second, Inline: inline})
+			expired, cancel := context.WithDeadline(bg, time.Now().Add(-time.Second))
+			defer cancel()
+			called := 0
+			for range 3 {
+				_, err := Call(expired, b, 0, func(ctx context.Context) (int, error) { called++; <-ctx.Done(); return 0, ctx.Err() })
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			assert.Zero(t, called, "an expired context makes no call")
+			for range 3 {
+				short, cancel := context.WithTimeout(bg, 5*time.Millisecond)
+				_, err := Call(short, b, 0, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+				cancel()
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			assert.Equal(t, Closed, b.State(), "the callers' deadlines did not open the breaker")
+			c := b.Counts()
+			assert.Zero(t, c.Failures)
+			assert.Equal(t, uint64(6), c.Excluded)
+
+			// The breaker's own timeout is still a failure.
+			for range 3 {
+				_, err := Call(bg, b, 5*time.Millisecond, func(ctx context.Context) (int, error) { <-ctx.Done(); return 0, ctx.Err() })
+				assert.Error(t, err)
+			}
+			assert.Equal(t, Open, b.State())
+			assert.Equal(t, uint64(3), b.Counts().Timeouts)
+		})
+	}
+}
+
+// Every transition reaches OnTransition once, in order, with the failure
+// that opened the breaker, and outside gobreaker's lock: the callback may
+// call the breaker.
+func TestTransitionsAreToldWithTheirCause(t *testing.T) {
+	var got []Transition
+	var b *Breaker
+	b = New(Settings{Failures: 2, OpenFor: 20 * time.Millisecond, OnTransition: func(tr Transition) {
+		_ = b.Counts() // calling back in does not deadlock
+		_, _ = Call(bg, b, 0, ok)
+		got = append(got, tr)
+	}})
+	errLast := errors.New("the second failure")
+	_, _ = Call(bg, b, 0, fail)
+	_, _ = Call(bg, b, 0, func(context.Context) (int, error) { return 0, errLast })
+	require.Len(t, got, 1)
+	assert.Equal(t, Transition{From: Closed, To: Open, Cause: errLast, At: got[0].At}, got[0])
+	assert.False(t, got[0].At.IsZero())
+
+	time.Sleep(30 * time.Millisecond)                                                  // gobreaker reads the real clock
+	_, err := Call(bg, b, 0, func(context.Context) (int, error) { return 0, errBoom }) // a failed probe
+	assert.ErrorIs(t, err, errBoom)
+	time.Sleep(30 * time.Millisecond)
+	_, err = Call(bg, b, 0, ok)
+	require.NoError(t, err)
+	var path []string
+	for _, tr := range got {
+		path = append(path, tr.From.String()+">"+tr.To.String())
+	}
+	assert.Equal(t, []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}, path)
+	assert.ErrorIs(t, got[2].Cause, errBoom, "a failed probe is the reopening's cause")
+	assert.Nil(t, got[4].Cause)
+	assert.Equal(t, uint64(2), b.Counts().Probes)
+}
+
+// Concurrent callers hand out every transition exactly once, in order.
+func TestTransitionsAreToldOnceUnderConcurrency(t *testing.T) {
+	var mu sync.Mutex
+	var told []Transition
+	b := New(Settings{Failures: 1, OpenFor: time.Millisecond, OnTransition: func(tr Transition) {
+		mu.Lock()
+		told = append(told, tr)
+		mu.Unlock()
+	}})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				f := ok
+				if (g+i)%2 == 0 {
+					f = fail
+				}
+				_, _ = Call(bg, b, 0, f)
+			}
+		}()
+	}
+	wg.Wait()
+	_, _ = Call(bg, b, 0, ok) // hands out anything left
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, int(b.Changes()), len(told), "each transition told once")
+	for i := 1; i < len(told); i++ {
+		require.Equal(t, told[i-1].To, told[i].From, "transition %d follows the one before", i)
+	}
+}
+
+// Admitted tells the called function which state let it through: Closed,
+// or HalfOpen for a probe.
+func TestAdmittedState(t *testing.T) {
+	b := New(Settings{Failures: 1, OpenFor: 10 * time.Millisecond})
+	state := func(ctx context.Context) (State, error) {
+		st, ok := Admitted(ctx)
+		require.True(t, ok)
+		return st, nil
+	}
+	st, err := Call(bg, b, 0, state)
+	require.NoError(t, err)
+	assert.Equal(t, Closed, st)
+	_, _ = Call(bg, b, 0, fail)
+	time.Sleep(20 * time.Millisecond)
+	st, err = Call(bg, b, 0, state)
+	require.NoError(t, err)
+	assert.Equal(t, HalfOpen, st)
+	_, ok := Admitted(bg)
+	assert.False(t, ok)
 }

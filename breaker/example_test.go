@@ -30,3 +30,15 @@ func ExampleCall() {
 	// breaker: open: redis     open error: true  state open
 	// calls made: 3
 }
+
+// Every transition reaches OnTransition once, in order, outside the
+// breaker's locks, with the failure that opened it: where a limiter logs.
+func ExampleSettings_onTransition() {
+	b := breaker.New(breaker.Settings{Name: "redis", Failures: 2, OpenFor: time.Minute,
+		OnTransition: func(tr breaker.Transition) { fmt.Printf("%v -> %v (cause: %v)\n", tr.From, tr.To, tr.Cause) }})
+	for _, err := range []error{errors.New("connection refused"), errors.New("i/o timeout")} {
+		_, _ = breaker.Call(context.Background(), b, 0, func(context.Context) (int, error) { return 0, err })
+	}
+	// Output:
+	// closed -> open (cause: i/o timeout)
+}

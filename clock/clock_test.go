@@ -229,3 +229,78 @@ func TestRealAfter(t *testing.T) {
 	_, stop2 := Real{}.After(time.Hour)
 	stop2()
 }
+
+// A step of either clock, in either direction, is recognised at the first
+// sample after it, even one with a worse round trip than the filter's best:
+// the mapping is Redis's time again at once, and Now starts from it. Before,
+// a forward jump of the node's clock by 5 minutes slewed back at 5% of the
+// elapsed time, some 100 minutes.
+func TestOffsetRecognisesAStepWithinOneSample(t *testing.T) {
+	const jump = 5 * time.Minute
+	for _, tc := range []struct {
+		name       string
+		node, srv  time.Duration // how each clock steps
+		wantMapped time.Duration // how the mapped time moves
+	}{
+		{"node clock forward", jump, 0, -jump},
+		{"node clock backward", -jump, 0, jump},
+		{"redis TIME backward", 0, -jump, -jump},
+		{"redis TIME forward", 0, jump, jump},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOffset(t0)
+			var steps []Step
+			o.OnStep(func(s Step) { steps = append(steps, s) })
+			// Steady: Redis 10 ms ahead, round trips of a millisecond. Real
+			// time is `at`; the node reads at+nodeStep, Redis at+10ms+srvStep.
+			at := t0
+			var nodeStep, srvStep time.Duration
+			sample := func(rtt time.Duration) (received time.Time) {
+				sent := at.Add(nodeStep)
+				server := at.Add(rtt / 2).Add(10 * time.Millisecond).Add(srvStep)
+				o.Observe(sent, server, sent.Add(rtt))
+				return sent.Add(rtt)
+			}
+			for range 8 {
+				sample(time.Millisecond)
+				at = at.Add(20 * time.Millisecond)
+			}
+			_ = o.Now(at.Add(nodeStep))
+			require.Empty(t, steps)
+
+			nodeStep, srvStep = tc.node, tc.srv
+			received := sample(5 * time.Millisecond) // a worse round trip than the filter's best
+			require.Len(t, steps, 1, "recognised at the first sample")
+			assert.Equal(t, uint64(1), o.Steps())
+			assert.InDelta(t, float64(tc.wantMapped), float64(steps[0].By), float64(5*time.Millisecond))
+			redisNow := at.Add(5 * time.Millisecond).Add(10 * time.Millisecond).Add(srvStep)
+			assert.InDelta(t, float64(redisNow.UnixNano()), float64(o.Map(received)), float64(3*time.Millisecond),
+				"the mapping is Redis's time at once")
+			assert.Equal(t, o.Map(received), steps[0].Mapped)
+			assert.Equal(t, o.Map(received), o.Now(received), "Now starts again from the new mapping")
+
+			// The next samples of the new timeline are no step.
+			for range 3 {
+				at = at.Add(20 * time.Millisecond)
+				sample(time.Millisecond)
+			}
+			assert.Len(t, steps, 1)
+		})
+	}
+}
+
+// Noise is no step: a sample far off the estimate, but within what its own
+// round trip explains, only joins the filter.
+func TestOffsetNoiseIsNoStep(t *testing.T) {
+	o := NewOffset(t0)
+	observe(o, t0, time.Millisecond, 10*time.Millisecond)
+	// A 600 ms round trip whose midpoint guess is 250 ms off.
+	o.Observe(t0.Add(time.Second), t0.Add(time.Second+10*time.Millisecond+50*time.Millisecond), t0.Add(time.Second+600*time.Millisecond))
+	assert.Zero(t, o.Steps())
+	off, _, _ := o.Estimate()
+	assert.Equal(t, 10*time.Millisecond, off, "the better sample still wins")
+
+	o.SetStepThreshold(time.Hour)
+	observe(o, t0.Add(2*time.Second), time.Millisecond, 10*time.Minute)
+	assert.Zero(t, o.Steps(), "below a threshold of an hour")
+}

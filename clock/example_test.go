@@ -40,3 +40,25 @@ func ExampleManual() {
 	// Output:
 	// Jan  1 00:00:01.500
 }
+
+// A node clock that jumps five minutes ahead is a step: recognised at the
+// first round trip after it, applied at once, and told to OnStep so the
+// limiter can bring its state back.
+func ExampleOffset_OnStep() {
+	local := time.Unix(1_700_000_000, 0)
+	o := clock.NewOffset(local)
+	o.OnStep(func(s clock.Step) { fmt.Println("step by", s.By) })
+	redis := func(at time.Time) time.Time { return at.Add(250 * time.Millisecond) } // Redis runs 250 ms ahead
+
+	o.Observe(local, redis(local.Add(time.Millisecond)), local.Add(2*time.Millisecond))
+	// Ten seconds later the node's clock reads five minutes more than it should.
+	real := local.Add(10 * time.Second)
+	jumped := real.Add(5 * time.Minute)
+	o.Observe(jumped, redis(real.Add(time.Millisecond)), jumped.Add(2*time.Millisecond))
+	fmt.Println("mapped time is Redis's again:", time.Unix(0, o.Map(jumped.Add(2*time.Millisecond))).Sub(redis(real.Add(2*time.Millisecond))))
+	fmt.Println("steps:", o.Steps())
+	// Output:
+	// step by -5m0s
+	// mapped time is Redis's again: 0s
+	// steps: 1
+}

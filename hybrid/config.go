@@ -102,8 +102,9 @@ type Config struct {
 	Fallback Fallback
 	// FleetSize, when set, is the number of nodes sharing the limits: in
 	// degraded mode each enforces the limit divided by it. Zero means the
-	// number last seen active in Redis. Set it when nodes may start while
-	// Redis is down (nothing has been seen yet).
+	// number last seen active in Redis. StartDegraded with the Conservative
+	// fallback requires it: a node that starts while Redis is down has seen
+	// nothing, and would otherwise take each limit whole.
 	FleetSize int
 	// RedisTimeout bounds each decision's call to Redis in Sync mode: no
 	// decision waits longer, whatever the client's own timeouts. Zero means
@@ -165,19 +166,27 @@ type Config struct {
 	Node string
 	// StartDegraded lets New succeed while Redis is unreachable: the limiter
 	// starts degraded and finds Redis when it returns. By default New
-	// returns an error wrapping ErrRedisUnavailable instead.
+	// returns an error wrapping ErrRedisUnavailable instead. With the
+	// Conservative fallback it needs FleetSize (New says so otherwise).
 	StartDegraded bool
-	// StartupTimeout bounds New's first contact with Redis. Zero means 2 s.
+	// StartupTimeout bounds New's first contact with Redis, the whole of it
+	// (loading the scripts, the eviction check, the first heartbeat): the
+	// per-call timeouts do not apply, so a Redis that is slow at start is
+	// not taken for a dead one. Zero means 2 s.
 	StartupTimeout time.Duration
 	// Clock is the limiter's clock. Nil means the real clock.
 	Clock clock.Clock
-	// Logger receives the breaker's transitions and any lost spend. Nil
-	// means slog.Default().
+	// Logger receives, once each: the breaker's transitions (open with its
+	// cause, and open again after a failed probe, at Warn; half-open and
+	// closed at Info), the start (Warn) and the end (Info) of degraded mode,
+	// an eviction policy that can evict the limiter's keys, a key of another
+	// type in Redis (once per key), a clock step, and any lost spend. It is
+	// called outside the limiter's and the breaker's locks. Nil means
+	// slog.Default().
 	Logger *slog.Logger
 	// OnRound, if set, is told of every reconciliation round: how many keys,
 	// how long, and why it failed if it did (metrics.Recorder.ObserveRound
-	// fits). It runs on the reconciler's goroutine, outside its locks; the
-	// first round runs inside New.
+	// fits). It runs on the reconciler's goroutine, outside its locks.
 	OnRound func(RoundInfo)
 }
 
@@ -209,6 +218,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: short lease %v is longer than the lease %v", c.ShortLease, c.Lease)
 	case c.SyncInterval != 0 && c.SyncInterval < time.Millisecond:
 		return c, fmt.Errorf("hybrid: sync interval %v is below 1ms", c.SyncInterval)
+	case c.StartDegraded && c.Redis != nil && c.Mode != LocalOnly && c.Fallback == Conservative && c.FleetSize == 0:
+		return c, fmt.Errorf("hybrid: StartDegraded with the %v fallback needs FleetSize: a node that starts without redis cannot know how many nodes share the limits, and would take each limit whole", c.Fallback)
 	}
 	if c.SyncInterval == 0 {
 		c.SyncInterval = DefaultSyncInterval

@@ -57,13 +57,18 @@ type Limiter struct {
 	forgotLog atomic.Bool         // a forgotten eviction was logged
 	stop      context.CancelFunc
 	done      sync.WaitGroup
+
+	faults     faultState
+	startNodes atomic.Int64 // nodes in the fleet at first contact, until a round says
 }
 
 // New returns a Limiter configured by cfg and starts its background work
 // (the reconciler, or in LocalOnly mode a janitor that forgets idle keys).
-// With a Redis client it first checks that Redis answers, and returns an
-// error wrapping ErrRedisUnavailable if it does not, unless
-// cfg.StartDegraded.
+// With a Redis client it first makes contact, within cfg.StartupTimeout:
+// loads the scripts, reads the eviction policy (and warns if it can evict
+// the limiter's keys), and beats the node's heartbeat, learning the clock
+// offset and the fleet. If Redis does not answer it returns an error
+// wrapping ErrRedisUnavailable, unless cfg.StartDegraded.
 func New(cfg Config) (*Limiter, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -110,13 +115,19 @@ func (l *Limiter) connect() error {
 		OpenFor:      cfg.BreakerOpenFor,
 		Failures:     cfg.BreakerFailures,
 		Inline:       deadlinesReachSockets(cfg.Redis),
-		IsSuccessful: func(err error) bool { return isCallerError(err) || remote.IsKeyFault(err) },
+		IsSuccessful: isCallerError,
+		// A key of another type says nothing about Redis's health, neither
+		// way: it is the key's fault, decided under the fallback and counted
+		// in Faults, never a success that hides it.
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, remote.ErrCanceled)
+			return errors.Is(err, context.Canceled) || errors.Is(err, remote.ErrCanceled) || remote.IsKeyFault(err)
 		},
 		// Under the breaker's lock: an atomic store, nothing more.
 		OnStateChange: func(_, to breaker.State) { l.engine.SetDegraded(to != breaker.Closed) },
+		// Outside it: the log.
+		OnTransition: l.transition,
 	})
+	l.offset.OnStep(l.clockStep)
 	l.reconciler, err = reconcile.New(reconcile.Config{
 		Interval:       cfg.SyncInterval,
 		FleetSize:      cfg.FleetSize,
@@ -131,20 +142,59 @@ func (l *Limiter) connect() error {
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
-	// First contact: load the scripts, learn the clock offset and the fleet.
+	// First contact, all of it within StartupTimeout (not the per-call
+	// timeouts: a slow Redis at start is not a dead one).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartupTimeout)
 	defer cancel()
-	err = store.Ping(ctx)
-	if err == nil {
-		err = l.reconciler.Round(ctx)
-	}
+	err = l.firstContact(ctx)
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
 		}
-		l.log.Warn("hybrid: starting degraded: redis unavailable", "err", err)
+		l.log.Warn("hybrid: starting degraded: redis unavailable", "err", err, "fleet_size", cfg.FleetSize)
 		l.engine.SetDegraded(true)
+		l.noteDegraded()
 	}
+	return nil
+}
+
+// firstContact loads the scripts, checks the eviction policy and beats the
+// first heartbeat, trying again (after 50 ms, then twice as long each time)
+// until one attempt succeeds or ctx ends: a call that fails on the client's
+// own timeouts (a loaded machine, a slow network) is not a dead Redis.
+func (l *Limiter) firstContact(ctx context.Context) error {
+	wait := 50 * time.Millisecond
+	checked := false
+	for {
+		err := l.store.Ping(ctx)
+		if err == nil && !checked {
+			l.checkEviction(ctx)
+			checked = true
+		}
+		if err == nil {
+			err = l.heartbeat(ctx)
+		}
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// heartbeat runs the node's first round, with nothing spent yet: the fleet
+// learns of the node, and the node learns the fleet and Redis's clock.
+func (l *Limiter) heartbeat(ctx context.Context) error {
+	if err := l.reconciler.Round(ctx); err != nil {
+		return err
+	}
+	l.startNodes.Store(int64(l.reconciler.Stats().Nodes))
 	return nil
 }
 
@@ -155,6 +205,7 @@ func (l *Limiter) afterRound(info reconcile.RoundInfo) {
 	l.checkForgotten()
 	if info.Err == nil && l.breaker.Healthy() {
 		l.engine.SetDegraded(false)
+		l.noteDegraded()
 	}
 	if l.cfg.OnRound != nil {
 		l.cfg.OnRound(info)
@@ -230,8 +281,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // An error is the caller's mistake: an empty or oversized key, an invalid
 // limit, n above the limit's capacity, an algorithm the mode cannot run
 // (ErrUnsupported), a closed limiter. Redis trouble is never an error: the
-// Decision's Source is Degraded. ctx bounds the call to Redis in Sync mode;
-// the Async and LocalOnly paths never block and ignore it.
+// Decision's Source is Degraded. ctx bounds the call to Redis in Sync mode:
+// if it ends before Redis answers, the decision is made from memory under
+// the Fallback (Source Degraded), and, being the caller's deadline, it does
+// not count against Redis in the breaker. A key whose Redis value is of
+// another type is decided under the Fallback too (and counted in
+// Stats.Faults). The Async and LocalOnly paths never block and ignore ctx.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
 	d, err := l.allowN(ctx, key, lim, n)
 	if err == local.ErrSealed {
@@ -351,6 +406,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	known := remote.Known{Seq: seq, Now: l.now()}
 	known.Estimate, _ = l.engine.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+		l.countCall(ctx)
 		return l.store.AllowNKnown(ctx, key, lim, n, known)
 	})
 	if err == nil {
@@ -362,6 +418,9 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	if isCallerError(err) {
 		return Decision{}, err
+	}
+	if remote.IsKeyFault(err) {
+		l.keyFault(key, err)
 	}
 	dec, derr := l.degraded(key, lim, n)
 	if derr == nil && dec.Allowed && n > 0 && mayHaveRun(err) {
@@ -408,6 +467,19 @@ func (l *Limiter) keepWarm(key string, lim Limit, d remote.Decision) {
 	_ = l.engine.Seed(l.now(), key, lim, d.State, l.engine.DefaultShare(), 0, false) // validated by the decision
 }
 
+// fleet is the number of nodes the limit is divided among by default.
+func (l *Limiter) fleet() int {
+	if l.cfg.FleetSize > 0 {
+		return l.cfg.FleetSize
+	}
+	if l.reconciler != nil {
+		if n := l.reconciler.Stats().Nodes; n > 0 {
+			return n
+		}
+	}
+	return max(int(l.startNodes.Load()), 1)
+}
+
 // degraded decides from memory under the fallback: while Redis is out of
 // reach, and for a key Redis refuses. Conservative decides in one share over
 // the fleet.
@@ -444,18 +516,34 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 	return Decision{Result: res, Source: Degraded}, err
 }
 
-// Close stops the limiter's background work and reports, in one last round,
-// what this node spent and had not reported yet. It waits for that round at
-// most until ctx is done, and returns an error if some spend could not be
-// reported. Decisions after Close return ErrClosed. Close does not close the
-// Redis client, which stays the caller's.
+// Close stops the limiter's background work and reports, in a last round,
+// what this node spent and had not reported yet; if that round fails and ctx
+// has a deadline, it tries again until the deadline. It returns by ctx's
+// deadline whatever the Redis client's options, also with a round in flight
+// on a Redis that stopped answering (that round then ends on its own, at its
+// timeout), and returns an error if some spend was not reported, saying on
+// how many keys. Decisions after Close return ErrClosed. Close does not close
+// the Redis client, which stays the caller's.
 func (l *Limiter) Close(ctx context.Context) error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	l.engine.Seal() // a decision racing Close either recorded its spend already or is refused
 	l.stop()
-	l.done.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		l.done.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		if l.reconciler == nil {
+			return nil
+		}
+		return fmt.Errorf("hybrid: close: %w with a round still in flight: %d keys of spend not reported",
+			ctx.Err(), l.reconciler.Unreported())
+	}
 	if l.reconciler == nil {
 		return nil
 	}
@@ -483,12 +571,23 @@ type Stats struct {
 	// record was lost because more such keys were evicted within their
 	// refill time than MaxKeys: each may come back fresher than it was.
 	EvictionsForgotten uint64
+	// Faults counts the faults that changed decisions without stopping
+	// Redis (an evicting policy, a key of another type, a clock step).
+	Faults Faults
+	// DecisionCalls counts the decision path's calls to Redis (Sync mode) by
+	// the breaker state that let each through: what shows, whatever the
+	// machine's load, that no decision waits on Redis while the breaker is
+	// open.
+	DecisionCalls DecisionCalls
 }
 
 // Stats returns the limiter's counters. It takes each shard's lock once to
 // count keys: call it from a metrics scrape, not per request.
 func (l *Limiter) Stats() Stats {
 	s := Stats{Mode: l.mode, Degraded: l.engine.Degraded(), Keys: l.engine.Len(), ClockOffset: l.offset.Applied()}
+	f := &l.faults
+	s.Faults = Faults{EvictingPolicy: f.evicting.Load(), UncheckedPolicy: f.unchecked.Load(), KeyFaults: f.keyFaults.Load(), ClockSteps: l.offset.Steps()}
+	s.DecisionCalls = DecisionCalls{Closed: f.calls[breaker.Closed].Load(), Probes: f.calls[breaker.HalfOpen].Load(), Open: f.calls[breaker.Open].Load()}
 	if l.breaker != nil {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()
 	}

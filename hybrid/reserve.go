@@ -147,6 +147,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		// it gets values of its own.
 		redisWait := maxWait
 		d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
+			l.countCall(ctx)
 			return l.store.ReserveN(ctx, key, lim, n, redisWait)
 		})
 		if err == nil {
@@ -156,6 +157,9 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		}
 		if isCallerError(err) {
 			return nil, err
+		}
+		if remote.IsKeyFault(err) {
+			l.keyFault(key, err)
 		}
 	}
 	if l.mode == LocalOnly {

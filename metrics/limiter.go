@@ -16,13 +16,16 @@ type limiterCollector struct {
 	redisSuccesses, redisErrors, redisTimeouts, rejected  *prometheus.Desc
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
 	nodes, offset                                         *prometheus.Desc
+	faults, decisionCalls                                 *prometheus.Desc
 }
 
 // NewLimiterCollector returns a prometheus.Collector of l's Stats, read
 // when the registry is scraped: breaker state and transitions, Redis calls,
 // successes, errors, timeouts and refusals, degraded mode, keys in memory, sync
 // rounds, round errors, keys sent, spend lost, pending keys, the last
-// round's duration, fleet nodes and clock offset. Metric names start with
+// round's duration, fleet nodes and clock offset, the quieter faults (an
+// evicting or unreadable eviction policy, keys of another type, clock steps),
+// and the decision path's calls to Redis by breaker state. Metric names start with
 // namespace ("" means DefaultNamespace). A LocalOnly limiter has no breaker,
 // Redis or rounds: it exports mode, degraded and keys only.
 //
@@ -67,6 +70,10 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		lastDur: desc("sync_last_round_duration_seconds", "Duration of the last sync round, in seconds."),
 		nodes:   desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
 		offset:  desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
+		faults: desc("faults_total",
+			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions on a key of another type (made under the fallback), clock steps (corrected). Should stay 0.", "fault"),
+		decisionCalls: desc("decision_redis_calls_total",
+			"Calls to Redis made to decide (sync mode), by the breaker state that let them through: closed, half-open (a probe), or open (never: while the breaker is open no decision waits on Redis).", "breaker"),
 	}
 }
 
@@ -75,6 +82,7 @@ func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.mode, c.degraded, c.keys, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
 		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
+		c.faults, c.decisionCalls,
 	} {
 		ch <- d
 	}
@@ -86,8 +94,8 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	counter := func(d *prometheus.Desc, v uint64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(c.mode, 1, s.Mode.String())
 	gauge(c.degraded, boolValue(s.Degraded))
@@ -113,6 +121,15 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.lastDur, rc.LastRound.Seconds())
 	gauge(c.nodes, float64(rc.Nodes))
 	gauge(c.offset, s.ClockOffset.Seconds())
+	f := s.Faults
+	counter(c.faults, f.EvictingPolicy, "evicting_policy")
+	counter(c.faults, f.UncheckedPolicy, "unchecked_policy")
+	counter(c.faults, f.KeyFaults, "key_of_another_type")
+	counter(c.faults, f.ClockSteps, "clock_step")
+	dc := s.DecisionCalls
+	counter(c.decisionCalls, dc.Closed, breaker.Closed.String())
+	counter(c.decisionCalls, dc.Probes, breaker.HalfOpen.String())
+	counter(c.decisionCalls, dc.Open, breaker.Open.String())
 }
 
 func boolValue(b bool) float64 {

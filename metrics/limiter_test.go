@@ -74,8 +74,10 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		BreakerCounts: breaker.Counts{Successes: 100, Failures: 7, Timeouts: 3, Rejected: 40, Changes: 5},
 		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, Pending: 9, Nodes: 4,
 			LastRound: 1500 * time.Microsecond},
-		Keys:        1234,
-		ClockOffset: -2500 * time.Microsecond,
+		Keys:          1234,
+		ClockOffset:   -2500 * time.Microsecond,
+		Faults:        hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2},
+		DecisionCalls: hybrid.DecisionCalls{Closed: 90, Probes: 3, Open: 0},
 	}
 	c := newLimiterCollector(func() hybrid.Stats { return stats }, "edge")
 	require.NoError(t, collectAndCompare(c, `
@@ -93,9 +95,20 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_clock_offset_seconds Offset applied to this node's clock to align it with Redis server time, in seconds.
 		# TYPE edge_clock_offset_seconds gauge
 		edge_clock_offset_seconds -0.0025
+		# HELP edge_decision_redis_calls_total Calls to Redis made to decide (sync mode), by the breaker state that let them through: closed, half-open (a probe), or open (never: while the breaker is open no decision waits on Redis).
+		# TYPE edge_decision_redis_calls_total counter
+		edge_decision_redis_calls_total{breaker="closed"} 90
+		edge_decision_redis_calls_total{breaker="half-open"} 3
+		edge_decision_redis_calls_total{breaker="open"} 0
 		# HELP edge_degraded 1 while the limiter decides under its fallback because Redis failed, else 0.
 		# TYPE edge_degraded gauge
 		edge_degraded 1
+		# HELP edge_faults_total Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions on a key of another type (made under the fallback), clock steps (corrected). Should stay 0.
+		# TYPE edge_faults_total counter
+		edge_faults_total{fault="clock_step"} 2
+		edge_faults_total{fault="evicting_policy"} 1
+		edge_faults_total{fault="key_of_another_type"} 6
+		edge_faults_total{fault="unchecked_policy"} 0
 		# HELP edge_fleet_nodes Nodes active in the fleet, as Redis reported at the last successful round.
 		# TYPE edge_fleet_nodes gauge
 		edge_fleet_nodes 4
@@ -250,7 +263,9 @@ func TestConcurrentScrapesOfALiveLimiter(t *testing.T) {
 	r, reg := newRecorder(t, Options{})
 	l := newLimiter(t, hybrid.Config{})
 	require.NoError(t, r.Watch(l))
-	lim := hybrid.PerSecond(5)
+	// Nothing refills during the test, however long a loaded machine makes
+	// it: a full bucket would be forgotten by the limiter's janitor.
+	lim := hybrid.Per(5, time.Hour)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {

@@ -146,7 +146,7 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 		est = k.Estimate.TAT - k.Now
 	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
-	vals, err := s.scripts.gcra.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)},
+	vals, err := run(ctx, s.client, s.scripts.gcra, []string{redisKey(s.prefix, lim, key)},
 		interval, tau, n, mode, ms(s.active), s.node, k.Seq, est, a9, a10).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
@@ -214,7 +214,7 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 		near = [3]limit.Window{lim.WindowOf(cur.Index-1, loc), cur, lim.WindowOf(cur.Index+1, loc)}
 		args = append(args, cur.Index, near[0].Start/1000, cur.Start/1000, cur.End/1000, near[2].End/1000)
 	}
-	vals, err := s.scripts.window.Run(ctx, s.client, []string{redisKey(s.prefix, lim, key)}, args...).Slice()
+	vals, err := run(ctx, s.client, s.scripts.window, []string{redisKey(s.prefix, lim, key)}, args...).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
@@ -277,7 +277,7 @@ func windowResult(lim limit.Limit, allowed bool, n, c, p, now int64, win limit.W
 
 func (s *Store) log(ctx context.Context, key string, lim limit.Limit, n int64) (Decision, error) {
 	k := redisKey(s.prefix, lim, key)
-	vals, err := s.scripts.log.Run(ctx, s.client, []string{k, k + ":n"},
+	vals, err := run(ctx, s.client, s.scripts.log, []string{k, k + ":n"},
 		int64(lim.Period/time.Microsecond), lim.Rate, n, ms(s.active)).Slice()
 	if err != nil {
 		return Decision{}, classify("allow", key, err)

@@ -204,7 +204,7 @@ type call struct {
 }
 
 // run sends calls in one pipeline, and the ones Redis had lost the script of
-// (restarted empty, SCRIPT FLUSH) again with their source, which caches it.
+// (restarted empty, SCRIPT FLUSH) again after loading it (see reloader).
 func (s *Store) run(ctx context.Context, calls []*call) {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := s.client.Pipeline()
@@ -213,12 +213,13 @@ func (s *Store) run(ctx context.Context, calls []*call) {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	var retry redis.Pipeliner
+	re := reloader{client: s.client}
 	for i, c := range calls {
 		if isNoScript(cmds[i].Err()) {
 			if retry == nil {
 				retry = s.client.Pipeline()
 			}
-			cmds[i] = c.script.Eval(ctx, retry, c.keys, c.args...)
+			cmds[i] = re.again(ctx, retry, c.script, c.keys, c.args...)
 		}
 	}
 	if retry != nil {

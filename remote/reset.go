@@ -48,7 +48,7 @@ func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares b
 	if shares {
 		keys = append(keys, asyncKey(s.prefix, lim, key)) // the same hash tag too
 	}
-	vals, err := s.scripts.reset.Run(ctx, s.client, keys, s.node, kind, period, ms(2*s.active)).Slice()
+	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period, ms(2*s.active)).Slice()
 	if err != nil {
 		return false, 0, classify("reset", key, err)
 	}

@@ -51,10 +51,11 @@ func (sc scripts) all() []*redis.Script {
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.
+// A user not allowed SCRIPT LOAD (NOPERM) is no error: its calls go by EVAL.
 func (sc scripts) load(ctx context.Context, client redis.UniversalClient) error {
 	loadOn := func(ctx context.Context, c redis.Scripter) error {
 		for _, s := range sc.all() {
-			if err := s.Load(ctx, c).Err(); err != nil {
+			if err := s.Load(ctx, c).Err(); err != nil && !isNoPerm(err) {
 				return classify("load", "", err)
 			}
 		}
@@ -70,8 +71,55 @@ func (sc scripts) load(ctx context.Context, client redis.UniversalClient) error 
 	}
 }
 
+// run runs sc by EVALSHA and, when Redis has lost it (a restart, SCRIPT
+// FLUSH, a promoted replica), loads it with SCRIPT LOAD and runs it by
+// EVALSHA again: so a least-privileged user allowed EVALSHA and SCRIPT LOAD,
+// but not EVAL, recovers. Only when SCRIPT LOAD fails does it fall back to
+// EVAL (a user allowed EVAL and not SCRIPT LOAD).
+func run(ctx context.Context, client redis.UniversalClient, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := sc.EvalSha(ctx, client, keys, args...)
+	if !isNoScript(cmd.Err()) {
+		return cmd
+	}
+	if sc.Load(ctx, client).Err() != nil {
+		return sc.Eval(ctx, client, keys, args...)
+	}
+	return sc.EvalSha(ctx, client, keys, args...)
+}
+
+// reloader sends again the calls of a pipeline that Redis refused with
+// NOSCRIPT: by EVALSHA after one SCRIPT LOAD per script, or by EVAL where
+// SCRIPT LOAD failed, as run does. The zero value is not usable: give it the
+// client.
+type reloader struct {
+	client redis.UniversalClient
+	loaded map[*redis.Script]bool
+}
+
+// again queues sc's call on pipe.
+func (r *reloader) again(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if r.loaded == nil {
+		r.loaded = make(map[*redis.Script]bool)
+	}
+	ok, tried := r.loaded[sc]
+	if !tried {
+		ok = sc.Load(ctx, r.client).Err() == nil
+		r.loaded[sc] = ok
+	}
+	if ok {
+		return sc.EvalSha(ctx, pipe, keys, args...)
+	}
+	return sc.Eval(ctx, pipe, keys, args...)
+}
+
 // isNoScript reports whether err says Redis does not have the script.
 func isNoScript(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
+}
+
+// isNoPerm reports whether err says the ACL user may not run the command.
+func isNoPerm(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
 }

@@ -144,7 +144,7 @@ type Reconciler struct {
 	deps Deps
 	log  *slog.Logger
 
-	roundMu sync.Mutex // one round at a time; guards the round's buffers
+	roundMu roundLock // one round at a time (given up on when a caller's context ends); guards the round's buffers
 
 	mu       sync.Mutex // counters and the fields below; never held across a call to Redis
 	counters *counters
@@ -234,7 +234,7 @@ func New(cfg Config, deps Deps) (*Reconciler, error) {
 	}
 	r := &Reconciler{cfg: cfg, deps: deps, log: log, counters: newCounters(cfg.MaxPending), round: new(remote.Round),
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease),
-		parts: make(map[keyLim]*part), contested: make(map[keyLim]*part), claims: make(map[keyLim]known)}
+		parts: make(map[keyLim]*part), contested: make(map[keyLim]*part), claims: make(map[keyLim]known), roundMu: newRoundLock()}
 	if cfg.EscalationWait <= 0 {
 		r.cfg.EscalationWait = 10 * cfg.Interval
 	}
@@ -331,8 +331,16 @@ func (r *Reconciler) lose(weight int64, why string, args ...any) {
 
 // Flush takes every spend the engine holds, due or not, reports it, and
 // tells whether everything this node spent has reached Redis: nil, or why
-// not and how much is still unreported.
+// not and how much is still unreported. When a round fails and ctx has a
+// deadline it tries again (after the breaker's probe delay, at least an
+// interval) until the deadline; without one it tries up to three times (a
+// batch that timed out on a busy Redis: what went through is acknowledged,
+// and another try sends only the rest). It returns by ctx's deadline, also
+// while another round is in flight (its outcome then unknown). A node that
+// reported everything leaves the fleet: the others divide by one node
+// fewer at once.
 func (r *Reconciler) Flush(ctx context.Context) error {
+	_, bounded := ctx.Deadline()
 	var err error
 	for attempt := 0; ; attempt++ {
 		var info RoundInfo
@@ -340,11 +348,32 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 		if r.cfg.OnRound != nil {
 			r.cfg.OnRound(info)
 		}
-		if err == nil || ctx.Err() != nil || attempt == 2 || errors.Is(err, breaker.ErrOpen) {
+		if err == nil {
 			break
 		}
-		// A batch that timed out on a busy Redis: what went through is
-		// acknowledged, and another try sends only the rest.
+		if r.Unreported() == 0 {
+			err = nil // nothing to report: the failed round carried only the heartbeat
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if !bounded {
+			if attempt == 2 || errors.Is(err, breaker.ErrOpen) {
+				break
+			}
+			continue
+		}
+		wait := max(r.deps.Breaker.ProbeIn(time.Now()), r.cfg.Interval)
+		if d, _ := ctx.Deadline(); time.Until(d) < wait {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
 	}
 	if err == nil {
 		// Leaving: the others divide by one node fewer at once.
@@ -374,6 +403,26 @@ func (r *Reconciler) Flush(ctx context.Context) error {
 		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) not reported", keys, weight)
 	}
 	return nil
+}
+
+// Unreported returns how many keys hold spend that Redis has not
+// acknowledged: those counted in rounds, and those the engine holds that no
+// round has taken yet. While a round is in flight it counts what that round
+// carries as if it failed, plus what was spent since: an upper bound.
+func (r *Reconciler) Unreported() int {
+	if !r.roundMu.tryLock() {
+		return int(r.stats.pending.Load()) + r.deps.Engine.Untaken()
+	}
+	defer r.roundMu.unlock()
+	r.mu.Lock()
+	n := r.counters.unacked()
+	for _, p := range r.parts {
+		if p.total > p.acked {
+			n++
+		}
+	}
+	r.mu.Unlock()
+	return n + r.deps.Engine.Untaken()
 }
 
 // Stats is a snapshot of the reconciler's counters.

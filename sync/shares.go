@@ -124,8 +124,10 @@ func (r *Reconciler) claimTTL(lim limit.Limit) int64 {
 
 // shareRound runs one round of Async mode.
 func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, error) {
-	r.roundMu.Lock()
-	defer r.roundMu.Unlock()
+	if err := r.roundMu.lock(ctx); err != nil {
+		return RoundInfo{Err: err}, err // a round in flight outlasted ctx
+	}
+	defer r.roundMu.unlock()
 	if r.deps.Engine.Degraded() {
 		r.mu.Lock()
 		r.wasDegraded = true

@@ -289,8 +289,10 @@ func absDiff(a, b int64) int64 {
 // spendRound runs one round of Sync mode: takes the engine's due spend,
 // reports the keys that need it, and seeds them with the answers.
 func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
-	r.roundMu.Lock()
-	defer r.roundMu.Unlock()
+	if err := r.roundMu.lock(ctx); err != nil {
+		return RoundInfo{Err: err}, err // a round in flight outlasted ctx
+	}
+	defer r.roundMu.unlock()
 	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.

@@ -69,6 +69,20 @@ type Timeline struct {
 	Latencies []time.Duration
 	// FirstError is the first error a decision returned, if any.
 	FirstError error
+	// Starved is, for the node whose driver was held up the longest, the
+	// time it went without offering beyond what the limit's burst covers
+	// (Burst emission intervals): a starved scheduler's doing. A limiter
+	// cannot admit what was not offered in time, so under-admission up to
+	// the limit's rate times Starved is the machine's, not the limiter's.
+	Starved time.Duration
+	// Stalled is the longest any node's driver went between two turns of
+	// its loop (a decision's latency, and the scheduler's delays, included):
+	// how late a decision may be put in its bucket.
+	Stalled time.Duration
+	// Span is when the last decision returned, since the run began: the
+	// Duration, or longer when slow decisions made the drivers catch up
+	// after it.
+	Span time.Duration
 }
 
 // Drive offers load to nodes for run.Duration and records the timeline. It
@@ -109,6 +123,7 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 	}
 
 	var mu sync.Mutex // guards tl
+	fill := time.Duration(run.Limit.Burst) * run.Limit.Interval()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, node := range nodes {
@@ -120,22 +135,32 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 			owed := 0.0 // requests this node should have sent and has not
 			last := time.Duration(0)
 			var lat []time.Duration
+			var starved, stalled, span time.Duration
+			finish := func() {
+				mu.Lock()
+				tl.Latencies = append(tl.Latencies, lat...)
+				tl.Starved = max(tl.Starved, starved)
+				tl.Stalled = max(tl.Stalled, stalled)
+				tl.Span = max(tl.Span, span)
+				mu.Unlock()
+			}
 			for {
 				select {
 				case <-ctx.Done():
-					mu.Lock()
-					tl.Latencies = append(tl.Latencies, lat...)
-					mu.Unlock()
+					finish()
 					return
 				case <-tick.C:
 				}
 				at := time.Since(start)
 				if at >= run.Duration {
-					mu.Lock()
-					tl.Latencies = append(tl.Latencies, lat...)
-					mu.Unlock()
+					finish()
 					return
 				}
+				gap := at - last
+				if gap > fill {
+					starved += gap - fill
+				}
+				stalled = max(stalled, gap)
 				owed += rateOf(i, at) * (at - last).Seconds()
 				last = at
 				for ; owed >= 1; owed-- {
@@ -143,7 +168,8 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 					d, err := node.AllowN(ctx, run.Key, run.Limit, n)
 					took := time.Since(t0)
 					lat = append(lat, took)
-					b := int(time.Since(start) / run.Bucket)
+					span = time.Since(start)
+					b := int(span / run.Bucket)
 					if b >= nb {
 						b = nb - 1
 					}

@@ -46,7 +46,11 @@ local st = redis.call('HMGET', KEYS[1], 't', 'l', 'x', qk, 'e', 'f')
 local t, l = tonumber(st[1]), tonumber(st[2])
 local lost = 0
 if t and l then
-  level = l - (now - t) * 1000
+  -- A Redis clock that stepped back behind the last update refills nothing
+  -- (and adds no debt) until it has caught up.
+  local elapsed = now - t
+  if elapsed < 0 then elapsed = 0 end
+  level = l - elapsed * 1000
   if level < 0 then level = 0 end
 elseif estimate > 0 then
   level, lost = estimate, 1 -- the state vanished under us: restore what this node knows

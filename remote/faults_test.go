@@ -1,0 +1,256 @@
+package remote
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// leastPrivilege is the ACL rule docs/redis.md gives for the limiter's user
+// (after "ACL SETUSER <user> on ><password> "): its prefix's keys only, and
+// only the commands it sends and its scripts call.
+const leastPrivilege = "resetkeys ~rl:* resetchannels -@all +ping +evalsha +script|load " +
+	"+time +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +zadd +zcard +zrange +zrangebyscore +zremrangebyscore"
+
+// The rule names every command the scripts call (so a script that starts
+// calling another fails here, not in production), and docs/redis.md gives
+// it as it is.
+func TestLeastPrivilegeRuleCoversTheScripts(t *testing.T) {
+	allowed := map[string]bool{}
+	for _, f := range strings.Fields(leastPrivilege) {
+		if c, ok := strings.CutPrefix(f, "+"); ok {
+			allowed[c] = true
+		}
+	}
+	called := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
+	var missing []string
+	for _, src := range []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc} {
+		for _, m := range called.FindAllStringSubmatch(src, -1) {
+			if c := strings.ToLower(m[1]); !allowed[c] && !slices.Contains(missing, c) {
+				missing = append(missing, c)
+			}
+		}
+	}
+	sort.Strings(missing)
+	assert.Empty(t, missing, "commands the scripts call that the rule does not allow")
+	doc, err := os.ReadFile("../docs/redis.md")
+	require.NoError(t, err)
+	assert.True(t, strings.Contains(strings.Join(strings.Fields(string(doc)), " "), leastPrivilege), "docs/redis.md gives the rule %q", leastPrivilege)
+}
+
+// The library works under the least-privileged user: decisions of every
+// algorithm and reconciliation rounds, also after Redis lost its scripts
+// (SCRIPT FLUSH), which it recovers by SCRIPT LOAD and EVALSHA, EVAL being
+// denied. The same user cannot read the configuration: the eviction check
+// says so rather than failing.
+func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
+	srv := redistest.Start(t)
+	_, err := srv.Do(append([]any{"ACL", "SETUSER", "limiter", "on", ">s3cret"}, fieldsOf(leastPrivilege)...)...)
+	require.NoError(t, err)
+	c := srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "limiter", "s3cret"; o.MaxRetries = -1 })
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(bg))
+	require.ErrorContains(t, c.Eval(bg, "return 1", nil).Err(), "NOPERM", "EVAL is denied")
+
+	lims := []limit.Limit{
+		limit.PerSecond(100),
+		limit.PerSecond(100).WithAlgorithm(limit.LeakyBucket),
+		limit.PerSecond(100).WithAlgorithm(limit.FixedWindow),
+		limit.PerSecond(100).WithAlgorithm(limit.SlidingWindowCounter),
+		limit.PerSecond(100).WithAlgorithm(limit.SlidingWindowLog),
+	}
+	failures := 0
+	for round := range 3 {
+		if round > 0 {
+			_, err := srv.Do("SCRIPT", "FLUSH")
+			require.NoError(t, err)
+		}
+		for _, lim := range lims {
+			d, err := s.AllowN(bg, fmt.Sprint("k", round), lim, 1)
+			if !assert.NoError(t, err, "%v after %d flushes", lim.Algorithm, round) {
+				failures++
+				continue
+			}
+			assert.True(t, d.Allowed)
+		}
+		if round > 0 {
+			_, err := srv.Do("SCRIPT", "FLUSH")
+			require.NoError(t, err)
+		}
+		var r Round
+		err := s.Reconcile(bg, []Report{{Key: "r", Limit: lims[0], Epoch: 1, Total: int64(round + 1), Demand: 1}}, &r)
+		if assert.NoError(t, err, "reconcile after %d flushes", round) {
+			assert.NoError(t, r.Answers[0].Err)
+		} else {
+			failures++
+		}
+	}
+	t.Logf("%d calls failed across 3 rounds of decisions and reconciliation", failures)
+
+	_, err = s.MaxmemoryPolicy(bg)
+	assert.ErrorIs(t, err, ErrCannotCheck)
+
+	// With INFO allowed too, the policy is read from it.
+	_, err = srv.Do("ACL", "SETUSER", "limiter", "+info")
+	require.NoError(t, err)
+	p, err := s.MaxmemoryPolicy(bg)
+	require.NoError(t, err)
+	assert.Equal(t, "noeviction", p)
+}
+
+func fieldsOf(rule string) []any {
+	var out []any
+	for _, f := range strings.Fields(rule) {
+		out = append(out, f)
+	}
+	return out
+}
+
+// The eviction check reads each policy as Redis has it, and tells the ones
+// that can evict the limiter's keys (every key it writes has a TTL, so the
+// volatile-* policies can too).
+func TestMaxmemoryPolicy(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(srv.Client(t), Options{})
+	require.NoError(t, err)
+	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-random", "volatile-lru", "volatile-ttl", "allkeys-lfu"} {
+		_, err := srv.Do("CONFIG", "SET", "maxmemory-policy", policy)
+		require.NoError(t, err)
+		got, err := s.MaxmemoryPolicy(bg)
+		require.NoError(t, err)
+		assert.Equal(t, policy, got)
+		assert.Equal(t, policy != "noeviction", EvictsKeys(got), policy)
+	}
+}
+
+// At the sliding window log's largest size (limit.MaxLogRate requests in
+// the log), a denial costs Redis no more than an admission: it finds when
+// enough weight leaves by a binary search on running totals. It used to
+// read the whole log (ZRANGE 0 -1 WITHSCORES): 40 to 75 ms per denial, longer
+// than the limiter's 50 ms Redis timeout, stalling every other tenant.
+func TestSlidingLogDenialIsLogarithmic(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(bg))
+	lim := limit.Per(limit.MaxLogRate, time.Hour).WithAlgorithm(limit.SlidingWindowLog)
+	k := redisKey(s.prefix, lim, "big")
+	args := []any{int64(lim.Period / time.Microsecond), lim.Rate, 1, ms(s.active)}
+	for left := lim.Rate; left > 0; {
+		pipe := c.Pipeline()
+		for range min(left, 5000) {
+			s.scripts.log.EvalSha(bg, pipe, []string{k, k + ":n"}, args...)
+			left--
+		}
+		_, err := pipe.Exec(bg)
+		require.NoError(t, err)
+	}
+	n, err := c.ZCard(bg, k).Result()
+	require.NoError(t, err)
+	require.Equal(t, lim.Rate, n, "the log is full")
+
+	_, err = srv.Do("CONFIG", "SET", "slowlog-log-slower-than", "0")
+	require.NoError(t, err)
+	_, err = srv.Do("CONFIG", "SET", "slowlog-max-len", "1024")
+	require.NoError(t, err)
+	_, err = srv.Do("SLOWLOG", "RESET")
+	require.NoError(t, err)
+	for range 20 {
+		d, err := s.AllowN(bg, "big", lim, 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		assert.Positive(t, d.RetryAfter)
+	}
+	for range 20 {
+		_, err := s.AllowN(bg, fmt.Sprint("small", 0), lim, 1)
+		require.NoError(t, err)
+	}
+	logs, err := c.SlowLogGet(bg, 1024).Result()
+	require.NoError(t, err)
+	var denials, admissions []time.Duration
+	for _, l := range logs {
+		if len(l.Args) < 4 || !strings.EqualFold(l.Args[0], "evalsha") {
+			continue
+		}
+		if strings.Contains(l.Args[3], "{big}") {
+			denials = append(denials, l.Duration)
+		} else {
+			admissions = append(admissions, l.Duration)
+		}
+	}
+	require.Len(t, denials, 20)
+	require.Len(t, admissions, 20)
+	slices.Sort(denials)
+	slices.Sort(admissions)
+	med, ref := denials[len(denials)/2], admissions[len(admissions)/2]
+	t.Logf("SLOWLOG at %d requests in the log: median denial %v (slowest %v); median admission on an empty log %v",
+		n, med, denials[len(denials)-1], ref)
+	// The median is what a starved scheduler cannot stretch: a preempted
+	// call or two lengthen only the tail.
+	assert.Less(t, med, 2*time.Millisecond, "a denial costs Redis no more than a few lookups")
+}
+
+// The retry-after of a log denial is when enough weight has left, weights
+// of any size: the binary search finds the same request a walk from the
+// oldest does.
+func TestSlidingLogRetryWithWeights(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	lim := limit.Per(20, time.Hour).WithAlgorithm(limit.SlidingWindowLog)
+	k := redisKey(s.prefix, lim, "w")
+	weights := []int64{3, 1, 4, 1, 5, 2, 2, 1, 1} // 20 in all
+	for _, w := range weights {
+		d, err := s.AllowN(bg, "w", lim, w)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	members, err := c.ZRangeWithScores(bg, k, 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, members, len(weights))
+	for n := int64(1); n <= 20; n++ {
+		d, err := s.AllowN(bg, "w", lim, n)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		// Walk from the oldest until n fits.
+		left, want := int64(20), time.Duration(0)
+		for i, w := range weights {
+			left -= w
+			if left+n <= 20 {
+				want = time.Duration(int64(members[i].Score)+int64(time.Hour/time.Microsecond)-d.Now/1000) * time.Microsecond
+				break
+			}
+		}
+		assert.Equal(t, want, d.RetryAfter, "n=%d", n)
+	}
+}
+
+// On a Cluster every master is asked: one that can evict is enough.
+func TestMaxmemoryPolicyOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s, err := New(cl.Client(t), Options{})
+	require.NoError(t, err)
+	p, err := s.MaxmemoryPolicy(bg)
+	require.NoError(t, err)
+	assert.Equal(t, "noeviction", p)
+	_, err = cl.Masters()[1].Do("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	require.NoError(t, err)
+	p, err = s.MaxmemoryPolicy(bg)
+	require.NoError(t, err)
+	assert.Equal(t, "allkeys-lru", p)
+}
