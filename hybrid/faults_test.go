@@ -268,7 +268,7 @@ func (c *steppedClock) Now() time.Time { return time.Now().Add(time.Duration(c.s
 // hide it) nor a failure (Redis is healthy).
 func TestKeyOfAnotherType(t *testing.T) {
 	srv := redistest.Start(t)
-	_, err := srv.Do("SET", "rl:tb:{theirs}", "not a bucket")
+	_, err := srv.Do("SET", "rl:tb:{theirs}:100/1h0m0s/100", "not a bucket")
 	require.NoError(t, err)
 	log, h := newLogger()
 	l := newLimiter(t, Config{Redis: srv.Client(t), Mode: Sync, Logger: log, FleetSize: 4, RedisTimeout: 5 * time.Second})

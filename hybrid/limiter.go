@@ -191,7 +191,7 @@ func (l *Limiter) firstContact(ctx context.Context) error {
 // heartbeat runs the node's first round, with nothing spent yet: the fleet
 // learns of the node, and the node learns the fleet and Redis's clock.
 func (l *Limiter) heartbeat(ctx context.Context) error {
-	if err := l.reconciler.Round(ctx); err != nil {
+	if err := l.reconciler.Start(ctx); err != nil {
 		return err
 	}
 	l.startNodes.Store(int64(l.reconciler.Stats().Nodes))

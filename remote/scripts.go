@@ -53,9 +53,18 @@ func (sc scripts) all() []*redis.Script {
 // load runs SCRIPT LOAD for every script on every master the client talks to.
 // A user not allowed SCRIPT LOAD (NOPERM) is no error: its calls go by EVAL.
 func (sc scripts) load(ctx context.Context, client redis.UniversalClient) error {
-	loadOn := func(ctx context.Context, c redis.Scripter) error {
-		for _, s := range sc.all() {
-			if err := s.Load(ctx, c).Err(); err != nil && !isNoPerm(err) {
+	// One round trip a server: a Redis far away at start is slow, not dead.
+	loadOn := func(ctx context.Context, c redis.Cmdable) error {
+		all := sc.all()
+		cmds := make([]*redis.StringCmd, 0, len(all))
+		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, s := range all {
+				cmds = append(cmds, s.Load(ctx, p))
+			}
+			return nil
+		})
+		for _, cmd := range cmds {
+			if err := cmd.Err(); err != nil && !isNoPerm(err) {
 				return classify("load", "", err)
 			}
 		}

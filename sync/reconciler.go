@@ -144,7 +144,8 @@ type Reconciler struct {
 	deps Deps
 	log  *slog.Logger
 
-	roundMu roundLock // one round at a time (given up on when a caller's context ends); guards the round's buffers
+	starting atomic.Bool // the first round: no batch timeout (Start)
+	roundMu  roundLock   // one round at a time (given up on when a caller's context ends); guards the round's buffers
 
 	mu       sync.Mutex // counters and the fields below; never held across a call to Redis
 	counters *counters
@@ -293,6 +294,24 @@ func (r *Reconciler) next() time.Duration {
 		d += time.Duration((rand.Float64()*2 - 1) * r.cfg.Jitter * float64(d))
 	}
 	return max(d, time.Millisecond)
+}
+
+// Start runs the node's first round, bounded by ctx alone rather than by
+// the batch timeout: a Redis far away at start is slow, not dead. New's
+// first contact calls it, within its StartupTimeout.
+func (r *Reconciler) Start(ctx context.Context) error {
+	r.starting.Store(true)
+	defer r.starting.Store(false)
+	return r.Round(ctx)
+}
+
+// batchTimeout bounds a batch's call: the configured timeout, or during
+// Start what is left of ctx's.
+func (r *Reconciler) batchTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok && r.starting.Load() {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return r.cfg.BatchTimeout
 }
 
 // Round runs one round now: takes the engine's due spend, reports the keys

@@ -377,7 +377,7 @@ func (r *Reconciler) sendShares(ctx context.Context, from, to int, hb *remote.He
 	reports, sent := r.shareReports[from:to], r.shareSent[from:to]
 	round := &remote.ShareRound{Fleet: r.deps.Engine.Fleet(), Acked: r.acked.Load(), Heartbeat: hb}
 	callSent := r.deps.Clock.Now()
-	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.batchTimeout(ctx), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.deps.Store.Contest(ctx, reports, round)
 	})
 	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
@@ -530,7 +530,7 @@ func (r *Reconciler) sendLedger(ctx context.Context, entries []remote.LedgerEntr
 	for from := 0; from < len(entries); from += r.cfg.BatchSize {
 		to := min(from+r.cfg.BatchSize, len(entries))
 		batch, batchErrs := entries[from:to], errs[from:to]
-		_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
+		_, err := breaker.Call(ctx, r.deps.Breaker, r.batchTimeout(ctx), func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, r.deps.Store.AddToLedgers(ctx, batch, batchErrs)
 		})
 		if err != nil {

@@ -376,7 +376,7 @@ func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
 	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
 	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
 	callSent := r.deps.Clock.Now()
-	_, err := breaker.Call(ctx, r.deps.Breaker, r.cfg.BatchTimeout, func(ctx context.Context) (struct{}, error) {
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.batchTimeout(ctx), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
 	})
 	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
