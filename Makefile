@@ -21,10 +21,12 @@ demo: tools
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## bench-compare: hybridlimit side by side with x/time/rate, redis_rate, ulule/limiter and others (~2 min);
-## writes bench/results.md and docs/bench-compare.png
+## bench-compare: hybridlimit side by side with x/time/rate, redis_rate, ulule/limiter and others, then the
+## many-keys workload (Redis CPU and commands per decision under Zipf-drawn keys) (~3 min);
+## writes bench/results.md and docs/bench-compare.png. COMPARE_FLAGS passes flags: COMPARE_FLAGS='-keys 1000000 -zipf 0.9'
+COMPARE_FLAGS ?=
 bench-compare: tools
-	cd bench && $(GO) run ./cmd/compare
+	cd bench && $(GO) run ./cmd/compare $(COMPARE_FLAGS)
 
 ## rls-peer: build hybridlimit and envoyproxy/ratelimit (pinned in bench/rlsrun/ratelimit.version, never in go.mod) into bench/.bin (git-ignored)
 RATELIMIT_VERSION ?= $(shell cat bench/rlsrun/ratelimit.version)

@@ -40,7 +40,7 @@ const (
 	DefaultKeys     = 100_000
 	DefaultRate     = 20_000
 	DefaultDuration = 10 * time.Second
-	DefaultWorkers  = 256
+	DefaultWorkers  = 1024
 	DefaultTick     = 2 * time.Millisecond
 )
 
@@ -65,7 +65,7 @@ type Load struct {
 	Rate float64
 	// Workers is how many goroutines send each node its requests, so that
 	// requests keep arriving at the rate while some wait on Redis (Sync
-	// mode; Async requests too heavy for the node's share). Zero means 256.
+	// mode; Async requests too heavy for the node's share). Zero means 1,024.
 	Workers int
 	// Tick is how often a worker catches up with its pace. Zero means 2 ms.
 	Tick time.Duration

@@ -16,6 +16,7 @@ type report struct {
 	env     environment
 	clock   *measure.ParallelResult
 	results []*result
+	many    []*keysResult
 	skips   []contender.Skipped
 	plot    string
 }
@@ -57,7 +58,7 @@ func (r *report) write(w io.Writer) error {
 	fmt.Fprintf(&b, "\n")
 	fmt.Fprintf(&b, "- **ns/op, allocs/op**: the median of %d runs of `testing.Benchmark` (%v each, all contenders interleaved round by round; the range in parentheses), one goroutine, a decision on one of %d existing keys in turn, "+
 		"under a limit of %s so that every decision is admitted. allocs/op counts every allocation of the process during the benchmark, "+
-		"so background work (our reconciler, client pools) is included, divided over the decisions.\n", o.count, o.benchtime, o.keys, perfPolicy)
+		"so background work (our reconciler, client pools) is included, divided over the decisions.\n", o.count, o.benchtime, o.benchKeys, perfPolicy)
 	fmt.Fprintf(&b, "- **p50 / p99**: %d goroutines calling for %v over the same keys, every call timed with `time.Now` around it "+
 		"(an empty call timed the same way: p50 %s, p99 %s; on 2 cores, 16 busy goroutines also wait for a core, which shows in every p99).\n",
 		o.goroutines, o.load, fmtDur(r.clock.Latency.Quantile(0.5)), fmtDur(r.clock.Latency.Quantile(0.99)))
@@ -100,6 +101,10 @@ func (r *report) write(w io.Writer) error {
 			x.Ratio(), x.c.Consistency)
 	}
 	fmt.Fprintf(&b, "\n")
+
+	if len(r.many) > 0 {
+		writeKeys(&b, o, r.many)
+	}
 
 	if r.plot != "" {
 		fmt.Fprintf(&b, "## Plot\n\n![p99 latency against accuracy, and ns/op, per contender](%s)\n\n", r.plot)
