@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/bench/contender"
+	"github.com/hybridlimit/hybridlimit/bench/measure"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 	"github.com/hybridlimit/hybridlimit/internal/workload"
 )
@@ -45,6 +46,7 @@ type options struct {
 	policy     contender.Policy
 	benchKeys  int
 	many       keysOptions
+	keysOnly   bool
 	only       *regexp.Regexp
 	out, plot  string
 }
@@ -71,6 +73,7 @@ func main() {
 	flag.DurationVar(&o.many.duration, "keys-duration", 10*time.Second, "measured part of the many-keys workload")
 	flag.DurationVar(&o.many.interval, "keys-interval", 20*time.Millisecond, "SyncInterval of our Async contender in the many-keys workload")
 	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
+	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
 	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
 	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
 	flag.StringVar(&o.plot, "plot", "../docs/bench-compare.png", "write the plot here (.png or .svg; \"\" for none)")
@@ -84,6 +87,9 @@ func main() {
 	}
 	if o.count < 1 || o.benchKeys < 1 || o.nodes < 1 || o.goroutines < 1 || o.policy.Rate < 1 || o.policy.Burst < 1 {
 		fatal(errors.New("-count, -bench-keys, -nodes, -goroutines, -rate and -burst must be positive"))
+	}
+	if o.keysOnly && o.many.keys == 0 {
+		fatal(errors.New("-keys-only with -keys 0: nothing to measure"))
 	}
 	if m := o.many; m.keys < 0 || m.keys > workload.MaxKeys || m.zipf < 0 || m.rate <= 0 || m.policy.Rate < 1 || m.policy.Burst < 1 ||
 		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 {
@@ -127,7 +133,6 @@ func run(o options) (err error) {
 	env := envInfo(ctx, admin)
 	logf("redis-server %s on %s (pid %d); %s", env.Redis, srv.Addr(), srv.Pid(), env.Machine)
 
-	clock := measureClock(o)
 	var cs []contender.Contender
 	var idx []int
 	for i, c := range contender.All() {
@@ -139,9 +144,13 @@ func run(o options) (err error) {
 	if len(cs) == 0 {
 		return errors.New("no contender matches -only")
 	}
-	results, err := measureAll(ctx, o, admin, srv.Addr(), cs, idx)
-	if err != nil {
-		return err
+	var results []*result
+	var clock *measure.ParallelResult
+	if !o.keysOnly {
+		clock = measureClock(o)
+		if results, err = measureAll(ctx, o, admin, srv.Addr(), cs, idx); err != nil {
+			return err
+		}
 	}
 	var many []*keysResult
 	if o.many.keys > 0 {
@@ -165,7 +174,7 @@ func run(o options) (err error) {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	if o.plot != "" {
+	if o.plot != "" && !o.keysOnly {
 		if err := drawPlot(o.plot, results, o); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
