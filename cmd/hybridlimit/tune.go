@@ -157,7 +157,7 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 			if bar != nil {
 				bar.Describe(st.label + ", many keys")
 			}
-			k, err := measureKeys(ctx, be, probe, cfg, *nodes, lim, workload.Load{Keys: *keys, Zipf: *zipf, Rate: *keysRate, Seed: 1}, *duration)
+			k, err := measureKeys(ctx, be, cfg, *nodes, lim, workload.Load{Keys: *keys, Zipf: *zipf, Rate: *keysRate, Seed: 1}, *duration)
 			if err != nil {
 				return fmt.Errorf("%s, %d keys: %w", st.label, *keys, err)
 			}
@@ -210,12 +210,16 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 
 // measureKeys runs the many-keys workload for one setting: the Redis load of
 // the operator's key distribution.
-func measureKeys(ctx context.Context, be *backend, probe redis.UniversalClient, cfg hybrid.Config, nodes int, lim hybrid.Limit,
+func measureKeys(ctx context.Context, be *backend, cfg hybrid.Config, nodes int, lim hybrid.Limit,
 	load workload.Load, d time.Duration) (*workload.Result, error) {
+	// Its own client for INFO: a Redis busy with many keys answers it late,
+	// and the nodes' clients give up after 200 ms.
+	admin := redis.NewClient(&redis.Options{Addr: be.addr, ReadTimeout: 10 * time.Second})
+	defer admin.Close()
 	return workload.Run(ctx, workload.Config{
 		Load: load, Nodes: nodes, Limit: lim, Mode: cfg.Mode, Interval: cfg.SyncInterval,
 		Warmup: time.Second, Duration: d, Prefix: cfg.Prefix + "keys:",
-		Client: be.client, Admin: probe,
+		Client: be.client, Admin: admin,
 	})
 }
 

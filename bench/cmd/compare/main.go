@@ -73,6 +73,7 @@ func main() {
 	flag.DurationVar(&o.many.duration, "keys-duration", 10*time.Second, "measured part of the many-keys workload")
 	flag.DurationVar(&o.many.interval, "keys-interval", 20*time.Millisecond, "SyncInterval of our Async contender in the many-keys workload")
 	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
+	flag.IntVar(&o.many.workers, "keys-workers", 0, "workers sending each node its requests in the many-keys workload (0: 1024); fewer make the load closed, as a client pool does")
 	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
 	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
 	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
@@ -92,9 +93,9 @@ func main() {
 		fatal(errors.New("-keys-only with -keys 0: nothing to measure"))
 	}
 	if m := o.many; m.keys < 0 || m.keys > workload.MaxKeys || m.zipf < 0 || m.rate <= 0 || m.policy.Rate < 1 || m.policy.Burst < 1 ||
-		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 {
-		fatal(fmt.Errorf("many keys: -keys %d (0 to %d), -zipf %v (0 or more), -keys-rate %v, -key-rate %d, -key-burst %d, -keys-duration %v, -keys-interval %v (1ms or more) and -keys-redis-timeout %v must be positive, -keys-warmup %v not negative",
-			m.keys, workload.MaxKeys, m.zipf, m.rate, m.policy.Rate, m.policy.Burst, m.duration, m.interval, m.timeout, m.warmup))
+		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 || m.workers < 0 {
+		fatal(fmt.Errorf("many keys: -keys %d (0 to %d), -zipf %v (0 or more), -keys-rate %v, -key-rate %d, -key-burst %d, -keys-duration %v, -keys-interval %v (1ms or more) and -keys-redis-timeout %v must be positive, -keys-warmup %v and -keys-workers %d not negative",
+			m.keys, workload.MaxKeys, m.zipf, m.rate, m.policy.Rate, m.policy.Burst, m.duration, m.interval, m.timeout, m.warmup, m.workers))
 	}
 	if err := run(o); err != nil {
 		fatal(err)

@@ -50,7 +50,11 @@ func (r *report) write(w io.Writer) error {
 		fmt.Fprintf(&b, "## Configurations\n\nEvery Redis client: `redis.NewClient(&redis.Options{Addr: ...})`, go-redis's defaults.\n\n")
 		fmt.Fprintf(&b, "| contender | module | algorithm | configured as | differences that could not be removed |\n|---|---|---|---|---|\n")
 		for _, x := range r.many {
-			fmt.Fprintf(&b, "| %s | `%s` | %s | `%s` | %s |\n", x.c.Name, x.c.Module, x.c.Algorithm, x.c.Config(o.many.policy), x.c.Note)
+			conf := x.c.Config(o.many.policy)
+			if strings.HasPrefix(x.c.Name, "hybridlimit") {
+				conf += fmt.Sprintf("; RedisTimeout %v in this workload", o.many.timeout)
+			}
+			fmt.Fprintf(&b, "| %s | `%s` | %s | `%s` | %s |\n", x.c.Name, x.c.Module, x.c.Algorithm, conf, x.c.Note)
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
