@@ -182,8 +182,8 @@ func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
 	fmt.Fprintf(b, "## Many keys: Redis's work per decision\n\n")
 	fmt.Fprintf(b, "%d nodes (separate instances, each with its own Redis client) offered %.0f decisions/s in total for %v (after %v of the same load, not measured), "+
 		"each request's key drawn from %d keys with Zipf skew s = %g (the key of rank k asked for in proportion to 1/k^s), every key limited to %s; "+
-		"%d keys are offered more than their limit. The load is open: every node's requests keep arriving at the rate, on up to %d workers a node, whether or not earlier ones were answered; "+
-		"\"shed\" counts requests no worker was free to send. Redis CPU is `used_cpu_user + used_cpu_sys` of `INFO cpu` over the measured part; commands are `INFO commandstats` calls, those Lua scripts run included. "+
+		"%d keys are offered more than their limit. Every node's requests arrive at the rate and are sent by %d workers a node, so at most that many wait on Redis at once; "+
+		"\"shed\" counts requests no worker was free to send (the contender could not keep up). Redis CPU is `used_cpu_user + used_cpu_sys` of `INFO cpu` over the measured part; commands are `INFO commandstats` calls, those Lua scripts run included. "+
 		"Redis is flushed before each contender. An exact limiter admits at most about %.1f%% of the decisions (every key admitted what it is offered, up to its limit).\n\n",
 		o.nodes, m.rate, m.duration, m.warmup, m.keys, m.zipf, m.policy, over, cmp.Or(m.workers, workload.DefaultWorkers), 100*exactShare(m))
 	fmt.Fprintf(b, "| contender | decisions/s (shed) | admitted | latency p50 / p99 | **Redis CPU / decision** | Redis cmds / decision (scripts) | Redis CPU, %% of a core | degraded | closing: Redis CPU |\n")

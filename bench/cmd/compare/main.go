@@ -73,7 +73,7 @@ func main() {
 	flag.DurationVar(&o.many.duration, "keys-duration", 10*time.Second, "measured part of the many-keys workload")
 	flag.DurationVar(&o.many.interval, "keys-interval", 20*time.Millisecond, "SyncInterval of our Async contender in the many-keys workload")
 	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
-	flag.IntVar(&o.many.workers, "keys-workers", 0, "workers sending each node its requests in the many-keys workload (0: 1024); fewer make the load closed, as a client pool does")
+	flag.IntVar(&o.many.workers, "keys-workers", 64, "workers sending each node its requests in the many-keys workload, at most that many waiting on Redis at once (0: 1024, an open load)")
 	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
 	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
 	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
