@@ -55,6 +55,48 @@ func target(t *testing.T, ok bool, format string, args ...any) {
 	t.Logf("target %s: %s", verdict, msg)
 }
 
+// floodRate is how many new random keys a second the flood tests send: the
+// issue's 60,000 when the targets are held (make pressure), 15,000 in make
+// test, where other packages' tests share the two cores and a flood as
+// fast as the machine goes would starve their timing.
+func floodRate() float64 {
+	if os.Getenv("HYBRIDLIMIT_TARGETS") != "" {
+		return 60_000
+	}
+	return 15_000
+}
+
+// floodKeys sends allow new random keys at rate a second, paced every
+// millisecond on one goroutine, until ctx ends; a machine that cannot keep
+// up sends what it can. It counts the keys sent, and those refused.
+func floodKeys(ctx context.Context, t *testing.T, allow func(ctx context.Context, key string) (hybrid.Decision, error), rate float64, sent, refused *atomic.Int64) {
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	buf := make([]byte, 0, 32)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	began, n := time.Now(), int64(0)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for owed := int64(time.Since(began).Seconds()*rate) - n; owed > 0 && ctx.Err() == nil; owed-- {
+			buf = strconv.AppendUint(append(buf[:0], "key:"...), r.Uint64(), 36)
+			d, err := allow(ctx, string(buf))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+			sent.Add(1)
+			if !d.Allowed {
+				refused.Add(1)
+			}
+		}
+	}
+}
+
 // perUser is the per-key limit of these tests: 10/s burst 10, a per-user
 // limit.
 var perUser = hybrid.PerSecond(10).WithBurst(10)
@@ -96,18 +138,16 @@ func TestColdKeyOnOneNodeGetsTheWholeLimit(t *testing.T) {
 }
 
 // A flood of new random keys on one node (random API keys, checked before
-// authentication, are cheap to send), 60,000 a second or as many as the
+// authentication, are cheap to send), floodRate a second or as many as the
 // machine reaches, while that node and another share a hot key offered
 // twice its limit: the hot key stays within the bound over
 // the run and over every second, and the flooding node's rounds, which
 // carry the hot key, stay within twice the interval.
 func TestFloodOfNewKeysLeavesAHotKeyAlone(t *testing.T) {
-	t.Parallel()
 	srv := redistest.Start(t)
 	const (
 		interval    = 20 * time.Millisecond
 		rate, burst = 1000, 100
-		floodRate   = 60_000 // new keys per second: the flood
 	)
 	hot := hybrid.PerSecond(rate).WithBurst(burst)
 	var mu sync.Mutex
@@ -134,31 +174,15 @@ func TestFloodOfNewKeysLeavesAHotKeyAlone(t *testing.T) {
 	require.Eventually(t, func() bool { return nodes[0].Stats().Reconcile.Nodes == 2 && nodes[1].Stats().Reconcile.Nodes == 2 },
 		5*time.Second, 5*time.Millisecond)
 
-	// The flood: new random keys at floodRate, paced every millisecond, on
-	// one goroutine; when the machine cannot keep up it sends what it can,
-	// and the log says what it reached.
 	ctx, stop := context.WithCancel(context.Background())
-	var flood atomic.Int64
+	var flood, refused atomic.Int64
 	var wg sync.WaitGroup
 	flooding.Store(true)
 	wg.Go(func() {
-		r := rand.New(rand.NewPCG(1, 1))
-		buf := make([]byte, 0, 32)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		began, sent := time.Now(), int64(0)
-		for ctx.Err() == nil {
-			<-tick.C
-			for owed := int64(time.Since(began).Seconds()*floodRate) - sent; owed > 0 && ctx.Err() == nil; owed-- {
-				buf = strconv.AppendUint(append(buf[:0], "key:"...), r.Uint64(), 36)
-				if _, err := nodes[0].Allow(ctx, string(buf), perUser); err != nil {
-					t.Error(err)
-					return
-				}
-				sent++
-				flood.Add(1)
-			}
-		}
+		floodKeys(ctx, t, func(ctx context.Context, key string) (hybrid.Decision, error) {
+			return nodes[0].Allow(ctx, key, perUser)
+		},
+			floodRate(), &flood, &refused)
 	})
 	run := 5 * time.Second
 	start := time.Now()
@@ -181,13 +205,13 @@ func TestFloodOfNewKeysLeavesAHotKeyAlone(t *testing.T) {
 	bound := fleetsim.AsyncBound(rate, burst, interval, 10*time.Millisecond, 2, run)
 	bound1 := fleetsim.AsyncBound(rate, burst, interval, 10*time.Millisecond, 2, time.Second)
 	st := nodes[0].Stats()
-	t.Logf("flood: %d new keys in %v on node 0 (%.0f/s), %d keys held, %d with unreported spend; hot key: admitted %d (exact %.0f, bound %.0f), worst second %d at %v (bound %.0f)",
-		flood.Load(), took.Round(time.Millisecond), float64(flood.Load())/took.Seconds(), st.Keys, st.Reconcile.Pending, total, fleetsim.Limit(rate, burst, run), bound, worst, at, bound1)
+	t.Logf("flood: %d new keys in %v on node 0 (%.0f/s, %d refused), %d keys held, %d with unreported spend; hot key: admitted %d (exact %.0f, bound %.0f), worst second %d at %v (bound %.0f)",
+		flood.Load(), took.Round(time.Millisecond), float64(flood.Load())/took.Seconds(), refused.Load(), st.Keys, st.Reconcile.Pending, total, fleetsim.Limit(rate, burst, run), bound, worst, at, bound1)
 	t.Logf("node 0's rounds while flooded: %d, p50 %v p90 %v p99 %v max %v (twice the interval: %v); decisions by source %v",
 		len(rounds), q(0.5), q(0.9), q(0.99), rounds[len(rounds)-1], 2*interval, tl.Total().Sources)
 	assert.LessOrEqual(t, float64(total), bound, "the hot key over the run")
 	assert.LessOrEqual(t, float64(worst), bound1, "the hot key over every second")
-	assert.Greater(t, float64(flood.Load())/took.Seconds(), 10_000.0, "a flood")
+	assert.Greater(t, float64(flood.Load())/took.Seconds(), floodRate()/10, "a flood")
 	assert.Less(t, rounds[len(rounds)-1], 30*time.Second, "no round hangs")
 	target(t, rounds[len(rounds)-1] <= 2*interval, "node 0's rounds, which carry the hot key, stay within twice the interval (%v) under a flood of %.0f new keys/s: %d rounds in %v, p50 %v, p90 %v, max %v",
 		2*interval, float64(flood.Load())/took.Seconds(), len(rounds), took.Round(time.Millisecond), q(0.5), q(0.9), rounds[len(rounds)-1])
@@ -214,7 +238,8 @@ func liveHeap() uint64 {
 }
 
 // A flood of random keys through an outage, with MaxKeys 10,000 and
-// MaxPending 20,000. The budget is what hybrid.Config documents: about 200
+// MaxPending 20,000 (make pressure floods as fast as the machine goes, for
+// a minute). The budget is what hybrid.Config documents: about 200
 // bytes a key held (MaxKeys), about 150 a key with unreported spend
 // (MaxPending), over the heap of the idle limiter. Once Redis is back and
 // the node drained and closed, the heap is back within twice what it was
@@ -230,28 +255,20 @@ func TestMemoryThroughAnOutage(t *testing.T) {
 		BreakerOpenFor: 200 * time.Millisecond, RedisTimeout: time.Second})
 	require.NoError(t, err)
 
+	// make test floods at floodRate; make pressure as fast as two
+	// goroutines go.
 	var flood, refused atomic.Int64
 	floodFor := func(d time.Duration) {
 		ctx, stop := context.WithTimeout(context.Background(), d)
 		defer stop()
+		allow := func(ctx context.Context, key string) (hybrid.Decision, error) { return l.Allow(ctx, key, perUser) }
+		if os.Getenv("HYBRIDLIMIT_TARGETS") == "" {
+			floodKeys(ctx, t, allow, floodRate(), &flood, &refused)
+			return
+		}
 		var wg sync.WaitGroup
-		for g := range 2 {
-			wg.Go(func() {
-				r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-				buf := make([]byte, 0, 32)
-				for ctx.Err() == nil {
-					buf = strconv.AppendUint(append(buf[:0], "key:"...), r.Uint64(), 36)
-					d, err := l.Allow(ctx, string(buf), perUser)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					flood.Add(1)
-					if !d.Allowed {
-						refused.Add(1)
-					}
-				}
-			})
+		for range 2 {
+			wg.Go(func() { floodKeys(ctx, t, allow, 1e9, &flood, &refused) })
 		}
 		wg.Wait()
 	}

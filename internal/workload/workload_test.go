@@ -160,7 +160,9 @@ func TestRunMeasuresBothModes(t *testing.T) {
 		assert.EqualValues(t, res.Decisions, res.Latency.Count())
 		results[mode] = res
 	}
-	assert.GreaterOrEqual(t, results[hybrid.Sync].ScriptsPerDecision(), 1.0, "one script per decision at least")
-	assert.Less(t, results[hybrid.Async].ScriptsPerDecision(), results[hybrid.Sync].ScriptsPerDecision())
+	sync, async := results[hybrid.Sync], results[hybrid.Async]
+	assert.GreaterOrEqual(t, sync.Redis.Scripts, sync.Sources[hybrid.Remote], "a script for every decision made in Redis")
+	assert.Positive(t, sync.Sources[hybrid.Remote])
+	assert.Less(t, async.ScriptsPerDecision(), 1.0, "Async decides in memory: fewer scripts than decisions")
 	assert.Positive(t, results[hybrid.Async].Close.Calls, "closing reports the spend of the keys decided alone")
 }
