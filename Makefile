@@ -5,7 +5,7 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test test-under-load demo bench bench-compare bench-rls rls-peer rls-compat verify tools vet
+.PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet
 
 ## test: vet, then every test with the race detector, against private redis-servers the tests start;
 ## then the comparison suite's own tests (bench/ is a module of its own, to keep the peers out of go.mod)
@@ -29,10 +29,23 @@ demo: tools
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## bench-compare: hybridlimit side by side with x/time/rate, redis_rate, ulule/limiter and others (~2 min);
-## writes bench/results.md and docs/bench-compare.png
+## bench-compare: hybridlimit side by side with x/time/rate, redis_rate, ulule/limiter and others, then the
+## many-keys workload (Redis CPU and commands per decision under Zipf-drawn keys) (~3 min);
+## writes bench/results.md and docs/bench-compare.png. COMPARE_FLAGS passes flags: COMPARE_FLAGS='-keys 1000000 -zipf 0.9'
+COMPARE_FLAGS ?=
 bench-compare: tools
-	cd bench && $(GO) run ./cmd/compare
+	cd bench && $(GO) run ./cmd/compare $(COMPARE_FLAGS)
+
+## bench-keys: only the many-keys workload of bench-compare (workload W1 by default: 100,000 keys at Zipf 1.1,
+## 20,000 decisions/s, 10/s burst 10 a key, 4 nodes), every Redis-backed contender side by side (~2 min);
+## writes bench/keys-results.md. COMPARE_FLAGS passes flags, as for bench-compare
+bench-keys: tools
+	cd bench && $(GO) run ./cmd/compare -keys-only -out keys-results.md $(COMPARE_FLAGS)
+
+## pressure: the targets of Redis work that follows pressure, held strictly, without the race detector:
+## a cold key on one node of four, a hot key beside a flood of new keys, memory through a 60 s outage (~2 min)
+pressure: tools
+	HYBRIDLIMIT_TARGETS=1 HYBRIDLIMIT_OUTAGE=60s $(GO) test -count=1 -v -timeout 10m -run 'TestColdKeyOnOneNode|TestFloodOfNewKeys|TestMemoryThroughAnOutage' ./hybrid/
 
 ## rls-peer: build hybridlimit and envoyproxy/ratelimit (pinned in bench/rlsrun/ratelimit.version, never in go.mod) into bench/.bin (git-ignored)
 RATELIMIT_VERSION ?= $(shell cat bench/rlsrun/ratelimit.version)

@@ -54,6 +54,11 @@ type Env struct {
 	// ContextTimeout sets go-redis's ContextTimeoutEnabled on the clients
 	// (off by default, as in go-redis).
 	ContextTimeout bool
+	// RedisTimeout is hybridlimit's hybrid.Config.RedisTimeout (how long a
+	// decision or a batch waits on Redis before the breaker counts a
+	// failure). Zero means hybridlimit's default, 50 ms. The peers have no
+	// such setting.
+	RedisTimeout time.Duration
 }
 
 // NewClient returns a new go-redis client for the private server with
@@ -91,6 +96,9 @@ type Contender struct {
 	Note string
 	// New makes one instance (one node).
 	New func(env Env, p Policy) (Limiter, error)
+	// Interval is the reconciliation interval of a contender that decides
+	// in memory and reconciles (our Async); zero for the others.
+	Interval time.Duration
 }
 
 // Skipped is a contender that could not be built here, and why.

@@ -82,6 +82,35 @@ func TestTuneWritesTableAndPlot(t *testing.T) {
 	assert.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "a PNG")
 }
 
+// With -keys, each setting's Redis load is that of the operator's key
+// distribution: Redis CPU and commands per decision, per interval, and the
+// budget is held against them.
+func TestTuneWithManyKeys(t *testing.T) {
+	t.Setenv("REDIS_ADDR", "")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-plot", "", "-progress=false",
+		"-keys", "2000", "-zipf", "1.1", "-keys-rate", "2000", "-target-error", "50", "-redis-budget", "1000000/s"}, &out)
+	require.NoError(t, err, out.String())
+	text := out.String()
+	assert.Contains(t, text, "Redis load: 2000 decisions/s over 2000 keys (Zipf s = 1.1)")
+	assert.Contains(t, text, "| Redis CPU / decision | Redis commands / decision |")
+	for _, setting := range []string{"async 5ms", "async 50ms", "sync"} {
+		assert.Regexp(t, `\| `+setting+` \|[^\n]*\| \d+ \| \d+\.\d\d µs[^|]*\| \d+\.\d{3} \|`, text, "%s: the many-keys columns", setting)
+	}
+	assert.Regexp(t, `\| local only \|[^\n]*\| - \| - \| - \|`, text, "local only costs Redis nothing")
+	assert.Contains(t, text, "Recommended: SyncInterval 50ms")
+
+	for args, want := range map[string]string{
+		"-keys 0":        "tune: -keys 0: want 1 to 10000000",
+		"-zipf -1":       "tune: -zipf -1: want 0 (every key alike) or more",
+		"-keys-rate -5":  "tune: -keys-rate -5: want a positive number",
+		"-keys 20000000": "tune: -keys 20000000",
+	} {
+		err := run(context.Background(), append([]string{"tune", "-progress=false"}, strings.Fields(args)...), &out)
+		assert.ErrorContains(t, err, want, args)
+	}
+}
+
 func TestChaosWritesItsTimeline(t *testing.T) {
 	for _, failure := range failures {
 		t.Run(failure, func(t *testing.T) {

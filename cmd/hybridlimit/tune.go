@@ -20,6 +20,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
+	"github.com/hybridlimit/hybridlimit/internal/workload"
 )
 
 // tuneRow is what one setting measured.
@@ -34,6 +35,14 @@ type tuneRow struct {
 	evalsPerS float64 // script calls (round trips) per second
 	callsPerS float64 // all commands per second, those inside scripts included
 	cpu       float64 // Redis CPU, percent of one core
+
+	// With -keys above one, the Redis columns above are of the many-keys
+	// workload, and these say what it cost per decision.
+	manyKeys       bool
+	keysPerS       float64       // decisions per second achieved
+	cpuPerDecision time.Duration // Redis CPU per decision
+	cmdsPerDec     float64       // Redis commands per decision
+	degraded       float64       // share of the decisions made under the fallback
 }
 
 // runTune measures, for one Redis, limit and fleet, what each sync interval
@@ -54,6 +63,9 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 	outFile := fs.String("out", "", "also write the table (Markdown) to this file")
 	plotFile := fs.String("plot", "tune.svg", "write the plot here (.svg or .png); empty for none")
 	progress := fs.Bool("progress", true, "show a progress bar on stderr")
+	keys := fs.Int("keys", 1, "keys the traffic is spread over: above 1, each setting's Redis load is measured under -keys-rate decisions/s over that many keys, each under the limit")
+	zipf := fs.Float64("zipf", 1.1, "skew of the keys' traffic with -keys: the key of rank k is asked for in proportion to 1/k^zipf (0: every key alike)")
+	keysRate := fs.Float64("keys-rate", 0, "decisions per second over all the keys with -keys, the whole fleet (default -offered × -rate)")
 	target := fs.Float64("target-error", 1, "the largest error, in percent of the limit, the recommended interval may show")
 	var budget redisBudget
 	fs.Var(&budget, "redis-budget", "the most Redis load the recommended interval may cost: commands per second (2000/s) or CPU, percent of one core (5%); default none")
@@ -66,6 +78,18 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 	intervals, err := parseDurations(*intervalList)
 	if err != nil {
 		return err
+	}
+	if *keys < 1 || *keys > workload.MaxKeys {
+		return fmt.Errorf("tune: -keys %d: want 1 to %d", *keys, workload.MaxKeys)
+	}
+	if *zipf < 0 || math.IsNaN(*zipf) || math.IsInf(*zipf, 0) {
+		return fmt.Errorf("tune: -zipf %v: want 0 (every key alike) or more", *zipf)
+	}
+	if *keysRate < 0 || math.IsNaN(*keysRate) || math.IsInf(*keysRate, 0) {
+		return fmt.Errorf("tune: -keys-rate %v: want a positive number of decisions per second", *keysRate)
+	}
+	if *keysRate == 0 {
+		*keysRate = *offered * float64(*rate)
 	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
@@ -93,13 +117,22 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 	}
 	settings = append(settings, setting{"sync", hybrid.Sync, 0}, setting{"local only", hybrid.LocalOnly, 0})
 
+	perSetting := int64(duration.Seconds() + 0.5)
+	steps := int64(len(settings)) * perSetting
+	if *keys > 1 {
+		steps += int64(len(settings)-1) * (perSetting + 1) // the many-keys run of every setting but local only, with its warmup
+	}
 	var bar *progressbar.ProgressBar
 	if *progress {
-		bar = progressbar.NewOptions64(int64(len(settings))*int64(duration.Seconds()+0.5),
+		bar = progressbar.NewOptions64(steps,
 			progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("tune"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetElapsedTime(true))
 	}
-	fmt.Fprintf(out, "Measuring %v shared by %d nodes, %.0f requests/s offered, %v per setting, on %s.\n\n", lim, *nodes, *offered*float64(*rate), *duration, be.what)
+	fmt.Fprintf(out, "Measuring %v shared by %d nodes, %.0f requests/s offered, %v per setting, on %s.\n", lim, *nodes, *offered*float64(*rate), *duration, be.what)
+	if *keys > 1 {
+		fmt.Fprintf(out, "Redis load: %.0f decisions/s over %d keys (Zipf s = %g), each key under %v, measured after each setting's accuracy run.\n", *keysRate, *keys, *zipf, lim)
+	}
+	fmt.Fprintln(out)
 
 	var rows []tuneRow
 	for i, st := range settings {
@@ -120,6 +153,19 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("%s: %w", st.label, err)
 		}
 		row.label, row.interval = st.label, st.interval
+		if *keys > 1 && st.mode != hybrid.LocalOnly {
+			if bar != nil {
+				bar.Describe(st.label + ", many keys")
+			}
+			k, err := measureKeys(ctx, be, cfg, *nodes, lim, workload.Load{Keys: *keys, Zipf: *zipf, Rate: *keysRate, Seed: 1}, *duration)
+			if err != nil {
+				return fmt.Errorf("%s, %d keys: %w", st.label, *keys, err)
+			}
+			row.withKeys(k)
+			if bar != nil {
+				_ = bar.Add64(perSetting + 1)
+			}
+		}
 		if st.mode == hybrid.Async {
 			row.bound1s = fleetsim.AsyncBound(float64(*rate), float64(*burst), st.interval, 5*time.Millisecond, *nodes, time.Second)
 		}
@@ -154,8 +200,40 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "Intervals that meet both: %s; the longest costs Redis least.\n", strings.Join(ivs, ", "))
 	}
-	fmt.Fprintf(out, "Measured for one key at this load: Redis work grows with the keys in use, the error with the rate per key and the nodes.\n")
+	if *keys > 1 {
+		fmt.Fprintf(out, "Error and latency measured on one key offered %g times its limit; Redis load under %.0f decisions/s over %d keys (Zipf s = %g). The error grows with the rate per key and the nodes.\n", *offered, *keysRate, *keys, *zipf)
+	} else {
+		fmt.Fprintf(out, "Measured for one key at this load: Redis work grows with the keys in use (measure yours with -keys and -zipf), the error with the rate per key and the nodes.\n")
+	}
 	return nil
+}
+
+// measureKeys runs the many-keys workload for one setting: the Redis load of
+// the operator's key distribution.
+func measureKeys(ctx context.Context, be *backend, cfg hybrid.Config, nodes int, lim hybrid.Limit,
+	load workload.Load, d time.Duration) (*workload.Result, error) {
+	// Its own client for INFO: a Redis busy with many keys answers it late,
+	// and the nodes' clients give up after 200 ms.
+	admin := redis.NewClient(&redis.Options{Addr: be.addr, ReadTimeout: 10 * time.Second})
+	defer admin.Close()
+	return workload.Run(ctx, workload.Config{
+		Load: load, Nodes: nodes, Limit: lim, Mode: cfg.Mode, Interval: cfg.SyncInterval,
+		Warmup: time.Second, Duration: d, Prefix: cfg.Prefix + "keys:",
+		Client: be.client, Admin: admin,
+	})
+}
+
+// withKeys makes r's Redis columns those of the many-keys run k.
+func (r *tuneRow) withKeys(k *workload.Result) {
+	secs := k.Elapsed.Seconds()
+	r.manyKeys = true
+	r.evalsPerS = float64(k.Redis.Scripts) / secs
+	r.callsPerS = float64(k.Redis.Calls) / secs
+	r.cpu = 100 * k.CPUShare()
+	r.keysPerS = k.Rate()
+	r.cpuPerDecision = k.CPUPerDecision()
+	r.cmdsPerDec = k.CommandsPerDecision()
+	r.degraded = float64(k.Sources[hybrid.Degraded]) / float64(max(k.Decisions, 1))
 }
 
 // rowError is how far a setting's admissions were from the limit, in
@@ -348,17 +426,35 @@ func redisCounters(ctx context.Context, c redis.UniversalClient) (counters, erro
 }
 
 func tuneTable(rows []tuneRow) string {
+	many := slices.ContainsFunc(rows, func(r tuneRow) bool { return r.manyKeys })
 	var b strings.Builder
-	fmt.Fprintln(&b, "| setting | admitted / limit | error | worst 1 s (bound) | p50 | p99 | Redis scripts/s | Redis commands/s | Redis CPU |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	if many {
+		fmt.Fprintln(&b, "| setting | admitted / limit | error | worst 1 s (bound) | p50 | p99 | many keys: decisions/s | Redis CPU / decision | Redis commands / decision | Redis scripts/s | Redis commands/s | Redis CPU |")
+		fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	} else {
+		fmt.Fprintln(&b, "| setting | admitted / limit | error | worst 1 s (bound) | p50 | p99 | Redis scripts/s | Redis commands/s | Redis CPU |")
+		fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
+	}
 	for _, r := range rows {
 		bound := "-"
 		if r.bound1s > 0 {
 			bound = fmt.Sprintf("%.0f", r.bound1s)
 		}
-		fmt.Fprintf(&b, "| %s | %d / %.0f | %+.2f%% | %d (%s) | %v | %v | %.0f | %.0f | %.1f%% |\n", r.label, r.admitted, r.limit,
-			100*(float64(r.admitted)-r.limit)/r.limit, r.worst1s, bound, r.p50.Round(time.Microsecond/10), r.p99.Round(time.Microsecond/10),
-			r.evalsPerS, r.callsPerS, r.cpu)
+		fmt.Fprintf(&b, "| %s | %d / %.0f | %+.2f%% | %d (%s) | %v | %v |", r.label, r.admitted, r.limit,
+			100*(float64(r.admitted)-r.limit)/r.limit, r.worst1s, bound, r.p50.Round(time.Microsecond/10), r.p99.Round(time.Microsecond/10))
+		if many {
+			switch {
+			case r.manyKeys:
+				deg := ""
+				if r.degraded > 0 {
+					deg = fmt.Sprintf(" (%.0f%% degraded)", 100*r.degraded)
+				}
+				fmt.Fprintf(&b, " %.0f | %.2f µs%s | %.3f |", r.keysPerS, float64(r.cpuPerDecision)/float64(time.Microsecond), deg, r.cmdsPerDec)
+			default:
+				fmt.Fprint(&b, " - | - | - |")
+			}
+		}
+		fmt.Fprintf(&b, " %.0f | %.0f | %.1f%% |\n", r.evalsPerS, r.callsPerS, r.cpu)
 	}
 	return b.String()
 }

@@ -106,3 +106,17 @@ func TestTunePlot(t *testing.T) {
 	assert.Contains(t, svg, ">17.5k<", "thousands as k")
 	assert.NotRegexp(t, regexp.MustCompile(`>-?\d+\.\d*0<`), svg, "no trailing zeros in a tick label")
 }
+
+// With many keys measured, the table adds what each setting cost Redis per
+// decision; local only has nothing to add.
+func TestTuneTableWithManyKeys(t *testing.T) {
+	rows := tuneRows()
+	rows[0].manyKeys, rows[0].keysPerS, rows[0].cpuPerDecision, rows[0].cmdsPerDec = true, 20000, 1500*time.Nanosecond, 0.25
+	rows[4].manyKeys, rows[4].keysPerS, rows[4].cpuPerDecision, rows[4].cmdsPerDec, rows[4].degraded = true, 15000, 30*time.Microsecond, 4, 0.1
+	table := tuneTable(rows)
+	assert.Contains(t, table, "| Redis CPU / decision | Redis commands / decision |")
+	assert.Contains(t, table, "| 20000 | 1.50 µs | 0.250 | 1750 | 17500 | 40.0% |")
+	assert.Contains(t, table, "| 15000 | 30.00 µs (10% degraded) | 4.000 |")
+	assert.Regexp(t, `\| local only \|[^\n]*\| - \| - \| - \| 0 \| 0 \| 0\.0% \|`, table)
+	assert.NotContains(t, tuneTable(tuneRows()), "per decision", "one key: the table as before")
+}

@@ -6,7 +6,9 @@
 //
 // For each contender: ns/op and allocs/op of a decision on an existing key,
 // latency percentiles under parallel load, Redis commands per decision, and
-// admitted/limit with 4 nodes offered twice the limit. It prints a Markdown
+// admitted/limit with 4 nodes offered twice the limit; then, for every
+// contender that keeps its state in Redis, Redis CPU and commands per
+// decision under many keys drawn from a Zipf distribution (-keys, -zipf). It prints a Markdown
 // report, writes it to -out, and draws -plot.
 package main
 
@@ -29,7 +31,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/bench/contender"
+	"github.com/hybridlimit/hybridlimit/bench/measure"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
+	"github.com/hybridlimit/hybridlimit/internal/workload"
 )
 
 type options struct {
@@ -40,7 +44,9 @@ type options struct {
 	fleet      time.Duration
 	nodes      int
 	policy     contender.Policy
-	keys       int
+	benchKeys  int
+	many       keysOptions
+	keysOnly   bool
 	only       *regexp.Regexp
 	out, plot  string
 }
@@ -57,7 +63,18 @@ func main() {
 	flag.IntVar(&o.nodes, "nodes", 4, "nodes (separate instances, each with its own Redis client) of each accuracy run")
 	flag.Int64Var(&o.policy.Rate, "rate", 1000, "limit of the accuracy runs: requests per second")
 	flag.Int64Var(&o.policy.Burst, "burst", 100, "limit of the accuracy runs: burst")
-	flag.IntVar(&o.keys, "keys", 100, "existing keys the serial and parallel benchmarks cycle through")
+	flag.IntVar(&o.benchKeys, "bench-keys", 100, "existing keys the serial and parallel benchmarks cycle through")
+	flag.IntVar(&o.many.keys, "keys", 100_000, "keys of the many-keys workload (0 skips it)")
+	flag.Float64Var(&o.many.zipf, "zipf", 1.1, "skew of the many-keys workload: the key of rank k is asked for in proportion to 1/k^zipf (0: uniform)")
+	flag.Float64Var(&o.many.rate, "keys-rate", 20_000, "decisions per second offered in the many-keys workload, all nodes together")
+	flag.Int64Var(&o.many.policy.Rate, "key-rate", 10, "every key's limit in the many-keys workload: requests per second")
+	flag.Int64Var(&o.many.policy.Burst, "key-burst", 10, "every key's limit in the many-keys workload: burst")
+	flag.DurationVar(&o.many.warmup, "keys-warmup", 3*time.Second, "load before the measured part of the many-keys workload")
+	flag.DurationVar(&o.many.duration, "keys-duration", 10*time.Second, "measured part of the many-keys workload")
+	flag.DurationVar(&o.many.interval, "keys-interval", 20*time.Millisecond, "SyncInterval of our Async contender in the many-keys workload")
+	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
+	flag.IntVar(&o.many.workers, "keys-workers", 64, "workers sending each node its requests in the many-keys workload, at most that many waiting on Redis at once (0: 1024, an open load)")
+	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
 	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
 	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
 	flag.StringVar(&o.plot, "plot", "../docs/bench-compare.png", "write the plot here (.png or .svg; \"\" for none)")
@@ -69,8 +86,16 @@ func main() {
 	if o.only, err = regexp.Compile(only); err != nil {
 		fatal(err)
 	}
-	if o.count < 1 || o.keys < 1 || o.nodes < 1 || o.goroutines < 1 || o.policy.Rate < 1 || o.policy.Burst < 1 {
-		fatal(errors.New("-count, -keys, -nodes, -goroutines, -rate and -burst must be positive"))
+	if o.count < 1 || o.benchKeys < 1 || o.nodes < 1 || o.goroutines < 1 || o.policy.Rate < 1 || o.policy.Burst < 1 {
+		fatal(errors.New("-count, -bench-keys, -nodes, -goroutines, -rate and -burst must be positive"))
+	}
+	if o.keysOnly && o.many.keys == 0 {
+		fatal(errors.New("-keys-only with -keys 0: nothing to measure"))
+	}
+	if m := o.many; m.keys < 0 || m.keys > workload.MaxKeys || m.zipf < 0 || m.rate <= 0 || m.policy.Rate < 1 || m.policy.Burst < 1 ||
+		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 || m.workers < 0 {
+		fatal(fmt.Errorf("many keys: -keys %d (0 to %d), -zipf %v (0 or more), -keys-rate %v, -key-rate %d, -key-burst %d, -keys-duration %v, -keys-interval %v (1ms or more) and -keys-redis-timeout %v must be positive, -keys-warmup %v and -keys-workers %d not negative",
+			m.keys, workload.MaxKeys, m.zipf, m.rate, m.policy.Rate, m.policy.Burst, m.duration, m.interval, m.timeout, m.warmup, m.workers))
 	}
 	if err := run(o); err != nil {
 		fatal(err)
@@ -109,7 +134,6 @@ func run(o options) (err error) {
 	env := envInfo(ctx, admin)
 	logf("redis-server %s on %s (pid %d); %s", env.Redis, srv.Addr(), srv.Pid(), env.Machine)
 
-	clock := measureClock(o)
 	var cs []contender.Contender
 	var idx []int
 	for i, c := range contender.All() {
@@ -121,9 +145,19 @@ func run(o options) (err error) {
 	if len(cs) == 0 {
 		return errors.New("no contender matches -only")
 	}
-	results, err := measureAll(ctx, o, admin, srv.Addr(), cs, idx)
-	if err != nil {
-		return err
+	var results []*result
+	var clock *measure.ParallelResult
+	if !o.keysOnly {
+		clock = measureClock(o)
+		if results, err = measureAll(ctx, o, admin, srv.Addr(), cs, idx); err != nil {
+			return err
+		}
+	}
+	var many []*keysResult
+	if o.many.keys > 0 {
+		if many, err = measureKeys(ctx, o, admin, srv.Addr(), cs); err != nil {
+			return err
+		}
 	}
 	for _, s := range contender.Skips() {
 		logf("SKIPPED %s: %s", s.Name, s.Reason)
@@ -131,7 +165,7 @@ func run(o options) (err error) {
 	env.Took = time.Since(began).Round(time.Second)
 	env.LoadEnd = loadAvg()
 
-	rep := report{opts: o, env: env, clock: clock, results: results, skips: contender.Skips()}
+	rep := report{opts: o, env: env, clock: clock, results: results, many: many, skips: contender.Skips()}
 	var w io.Writer = os.Stdout
 	if o.out != "" {
 		f, err := os.Create(o.out)
@@ -141,7 +175,7 @@ func run(o options) (err error) {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	if o.plot != "" {
+	if o.plot != "" && !o.keysOnly {
 		if err := drawPlot(o.plot, results, o); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}

@@ -96,7 +96,7 @@ func degraded(l contender.Limiter) int64 {
 
 // benchKeys are the existing keys of the decision-cost measurements.
 func benchKeys(o options, env contender.Env) []string {
-	keys := make([]string, o.keys)
+	keys := make([]string, o.benchKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%suser:%d", env.Prefix, i)
 	}
