@@ -22,7 +22,7 @@ import (
 // (after "ACL SETUSER <user> on ><password> "): its prefix's keys only, and
 // only the commands it sends and its scripts call.
 const leastPrivilege = "resetkeys ~rl:* resetchannels -@all +ping +evalsha +script|load " +
-	"+time +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
+	"+time +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zmscore"
 
 // The rule names every command the scripts call (so a script that starts
 // calling another fails here, not in production), and docs/redis.md gives
@@ -253,4 +253,21 @@ func TestMaxmemoryPolicyOnACluster(t *testing.T) {
 	p, err = s.MaxmemoryPolicy(bg)
 	require.NoError(t, err)
 	assert.Equal(t, "allkeys-lru", p)
+}
+
+// Ping loads every script, in one round trip, under the hashes the calls
+// use (go-redis's Script.Load on a pipeline would set each hash empty).
+func TestPingLoadsEveryScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := New(c, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(bg))
+	for i, sc := range s.scripts.all() {
+		require.NotEmpty(t, sc.Hash(), "script %d", i)
+		ok, err := sc.Exists(bg, c).Result()
+		require.NoError(t, err)
+		assert.Equal(t, []bool{true}, ok, "script %d", i)
+	}
+	assert.Len(t, sources(), len(s.scripts.all()))
 }

@@ -50,16 +50,23 @@ func (sc scripts) all() []*redis.Script {
 	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger, sc.reset}
 }
 
+// sources returns every script's source, in the order of all.
+func sources() []string {
+	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, contestSrc, ledgerSrc, resetSrc}
+}
+
 // load runs SCRIPT LOAD for every script on every master the client talks to.
 // A user not allowed SCRIPT LOAD (NOPERM) is no error: its calls go by EVAL.
 func (sc scripts) load(ctx context.Context, client redis.UniversalClient) error {
 	// One round trip a server: a Redis far away at start is slow, not dead.
+	// (Not Script.Load on the pipeline: go-redis takes the hash from the
+	// command's reply at once, empty before the pipeline runs.)
 	loadOn := func(ctx context.Context, c redis.Cmdable) error {
-		all := sc.all()
-		cmds := make([]*redis.StringCmd, 0, len(all))
+		srcs := sources()
+		cmds := make([]*redis.StringCmd, 0, len(srcs))
 		_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, s := range all {
-				cmds = append(cmds, s.Load(ctx, p))
+			for _, src := range srcs {
+				cmds = append(cmds, p.ScriptLoad(ctx, src))
 			}
 			return nil
 		})

@@ -74,12 +74,18 @@ end
 
 local changed = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {now, #nodes, acked or 0, tonumber(from) or 0}
-for i = 1, #changed, 2 do
-  local member = changed[i]
-  out[4] = tonumber(changed[i + 1])
-  out[#out + 1] = member
-  out[#out + 1] = tonumber(redis.call('ZSCORE', KEYS[3], member)) or 0
-  out[#out + 1] = tonumber(redis.call('HGET', KEYS[5], member)) or 0
+if #changed > 0 then
+  -- Two calls for the whole page, not two per claim.
+  local members = {}
+  for i = 1, #changed, 2 do members[#members + 1] = changed[i] end
+  local expiries = redis.call('ZMSCORE', KEYS[3], unpack(members))
+  local recalls = redis.call('HMGET', KEYS[5], unpack(members))
+  for j, member in ipairs(members) do
+    out[4] = tonumber(changed[2 * j])
+    out[#out + 1] = member
+    out[#out + 1] = tonumber(expiries[j]) or 0
+    out[#out + 1] = tonumber(recalls[j]) or 0
+  end
 end
 -- The fleet's keys live while nodes beat; the claims while any is unexpired.
 redis.call('PEXPIRE', KEYS[1], keep)
