@@ -13,8 +13,8 @@ import (
 
 // Async mode with Redis: a node decides from memory and reports its spend
 // to Redis in the background, every SyncInterval and when it closes, so the
-// fleet shares one limit. Here a second node, in Sync mode (one Redis
-// script per decision, exact), finds the first node's spend in Redis.
+// fleet shares one limit; Close reports what it had not reported yet. A Sync
+// node decides each request in Redis (one script per decision, exact).
 func Example_asyncWithRedis() {
 	ctx := context.Background()
 	// A private redis-server for the example; yours is an address such as "redis:6379".
@@ -46,6 +46,8 @@ func Example_asyncWithRedis() {
 		panic(err)
 	}
 
+	// A fleet runs one mode: Sync keeps its exact state in keys of its own,
+	// so this Sync node starts from a full bucket and decides in Redis.
 	exact, err := hybrid.New(hybrid.Config{Redis: rdb, Prefix: "example:", Mode: hybrid.Sync})
 	if err != nil {
 		panic(err)
@@ -58,5 +60,5 @@ func Example_asyncWithRedis() {
 	fmt.Printf("sync node: allowed=%v remaining=%d source=%v\n", d.Allowed, d.Remaining, d.Source)
 	// Output:
 	// async node: 6 requests admitted from memory
-	// sync node: allowed=true remaining=3 source=remote
+	// sync node: allowed=true remaining=9 source=remote
 }

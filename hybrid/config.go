@@ -102,9 +102,9 @@ type Config struct {
 	Fallback Fallback
 	// FleetSize, when set, is the number of nodes sharing the limits: in
 	// degraded mode each enforces the limit divided by it. Zero means the
-	// number last seen active in Redis. StartDegraded with the Conservative
-	// fallback requires it: a node that starts while Redis is down has seen
-	// nothing, and would otherwise take each limit whole.
+	// number last seen active in Redis. A node that starts while Redis is
+	// down has seen nothing: with StartDegraded and the Conservative
+	// fallback it needs FleetSize to start at all.
 	FleetSize int
 	// RedisTimeout bounds each decision's call to Redis in Sync mode: no
 	// decision waits longer, whatever the client's own timeouts. Zero means
@@ -167,7 +167,10 @@ type Config struct {
 	// StartDegraded lets New succeed while Redis is unreachable: the limiter
 	// starts degraded and finds Redis when it returns. By default New
 	// returns an error wrapping ErrRedisUnavailable instead. With the
-	// Conservative fallback it needs FleetSize (New says so otherwise).
+	// Conservative fallback and no FleetSize, New still returns that error
+	// when Redis is down at start, saying so: the node has not seen the
+	// fleet, and would take each limit whole. When Redis answers at start,
+	// FleetSize is not needed: the node learns the fleet from Redis.
 	StartDegraded bool
 	// StartupTimeout bounds New's first contact with Redis, the whole of it
 	// (loading the scripts, the eviction check, the first heartbeat): the
@@ -218,8 +221,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hybrid: short lease %v is longer than the lease %v", c.ShortLease, c.Lease)
 	case c.SyncInterval != 0 && c.SyncInterval < time.Millisecond:
 		return c, fmt.Errorf("hybrid: sync interval %v is below 1ms", c.SyncInterval)
-	case c.StartDegraded && c.Redis != nil && c.Mode != LocalOnly && c.Fallback == Conservative && c.FleetSize == 0:
-		return c, fmt.Errorf("hybrid: StartDegraded with the %v fallback needs FleetSize: a node that starts without redis cannot know how many nodes share the limits, and would take each limit whole", c.Fallback)
 	}
 	if c.SyncInterval == 0 {
 		c.SyncInterval = DefaultSyncInterval

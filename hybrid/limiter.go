@@ -75,7 +75,8 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	mode := cfg.effectiveMode()
-	engine, err := local.New(local.Config{MaxKeys: cfg.MaxKeys, TrackSpend: mode != LocalOnly, SpendDue: mode == Sync})
+	engine, err := local.New(local.Config{MaxKeys: cfg.MaxKeys, TrackSpend: mode != LocalOnly, SpendDue: mode == Sync,
+		KeepOrphans: mode == Sync || cfg.Ledger})
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -136,6 +137,7 @@ func (l *Limiter) connect() error {
 		MaxReports:     cfg.MaxReports,
 		Shares:         l.mode == Async,
 		EscalationWait: cfg.EscalationWait,
+		Ledger:         cfg.Ledger,
 		Logger:         cfg.Logger,
 		OnRound:        l.afterRound,
 	}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
@@ -150,6 +152,9 @@ func (l *Limiter) connect() error {
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
+		}
+		if cfg.Fallback == Conservative && cfg.FleetSize == 0 {
+			return fmt.Errorf("%w: %w (starting degraded with the %v fallback needs FleetSize: a node that has never seen the fleet in redis would take each limit whole)", ErrRedisUnavailable, err, cfg.Fallback)
 		}
 		l.log.Warn("hybrid: starting degraded: redis unavailable", "err", err, "fleet_size", cfg.FleetSize)
 		l.engine.SetDegraded(true)

@@ -65,8 +65,8 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 	if client != nil {
 		defer client.Close()
 	}
-	if o.startDegraded && o.fleetSize == 0 {
-		log.Warn("-start-degraded without -fleet-size: until this gateway has seen the fleet in Redis, it enforces the whole limit on its own")
+	if client != nil && o.startDegraded && o.fleetSize == 0 && o.fallback == hybrid.Conservative {
+		log.Warn("-start-degraded without -fleet-size: if Redis is down at start, the gateway does not start (it has not seen the fleet to divide the limits by)")
 	}
 	lim, err := hybrid.New(hybrid.Config{Redis: client, Mode: o.mode, Fallback: o.fallback, FleetSize: o.fleetSize,
 		StartDegraded: o.startDegraded, Prefix: "gw:", Logger: log, OnRound: rec.ObserveRound})

@@ -387,6 +387,9 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 	} else if s.mode != hybrid.LocalOnly {
 		log.Warn("rls: no Redis (-redis, REDIS_URL): each instance limits on its own")
 	}
+	if client != nil && s.fleetSize == 0 && s.fallback == hybrid.Conservative {
+		log.Info("rls: no -fleet-size: if Redis is down when this instance starts, it does not start (it has not seen the fleet to divide the limits by)")
+	}
 	lim, err := hybrid.New(hybrid.Config{
 		Redis: client, Prefix: s.prefix, Mode: s.mode, Fallback: s.fallback, SyncInterval: s.syncInterval,
 		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, StartDegraded: true, Logger: log, OnRound: rec.ObserveRound,
