@@ -185,7 +185,7 @@ func runScenario(t *testing.T, sc scenario) {
 		}
 	}
 
-	nodes := startFleet(t, hybrid.Config{Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval,
+	nodes := startFleet(t, hybrid.Config{Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval, Ledger: true,
 		RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond}, nodeClient)
 	start, wait := driveInBackground(nodes, runFor)
 	time.Sleep(time.Until(start.Add(faultAt)))

@@ -55,7 +55,7 @@ func TestFailover(t *testing.T) {
 func runFailover(t *testing.T, kill bool) {
 	const prefix = "failover:"
 	sen := redistest.StartSentinel(t)
-	nodes := startFleet(t, hybrid.Config{Prefix: prefix, Mode: hybrid.Async, SyncInterval: chaosInterval,
+	nodes := startFleet(t, hybrid.Config{Prefix: prefix, Mode: hybrid.Async, SyncInterval: chaosInterval, Ledger: true,
 		RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond},
 		func() redis.UniversalClient { return sen.Client(t, failoverOpts) })
 

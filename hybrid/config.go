@@ -147,9 +147,18 @@ type Config struct {
 	// than the whole limit among leases that have not lapsed. Zero means 50
 	// intervals, at least 1 s.
 	Lease time.Duration
+	// Ledger keeps, in Async mode, every key's ledger in Redis: what the
+	// fleet admitted on it, read back with remote.Store.AsyncLedger, for
+	// usage accounting and audits. It costs Redis a small write per key
+	// decided (one entry per key and node about every 10 intervals while
+	// the key is in use, about 6 µs of Redis CPU each, and one per key the
+	// node still holds when it closes). Without it, which is the default, a
+	// key no node needs more than its even share of costs Redis nothing,
+	// and only contested keys' reports reach Redis.
+	Ledger bool
 	// LedgerTTL is how long a key's ledger in Redis (what the fleet admitted
-	// on it, Async mode) lives after the last weight added to it: the window
-	// in which usage can be read back. Zero means 1 hour.
+	// on it, Async mode with Ledger) lives after the last weight added to it:
+	// the window in which usage can be read back. Zero means 1 hour.
 	LedgerTTL time.Duration
 	// EscalationWait bounds how long a request heavier than this node's
 	// share of its key waits while the fleet makes room for it: the key is

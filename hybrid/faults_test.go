@@ -122,7 +122,8 @@ func TestCloseReturnsByItsDeadline(t *testing.T) {
 			srv := redistest.Start(t)
 			c := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = tc.ctxTimeout; o.MaxRetries = -1 })
 			// Rounds every 300 ms, each call of one allowed 1.5 s.
-			l, err := New(Config{Redis: c, SyncInterval: 300 * time.Millisecond, BreakerOpenFor: time.Hour, FleetSize: 1})
+			// With the ledger: the 100 keys' spend has somewhere to go.
+			l, err := New(Config{Redis: c, SyncInterval: 300 * time.Millisecond, BreakerOpenFor: time.Hour, FleetSize: 1, Ledger: true})
 			require.NoError(t, err)
 			defer srv.Resume()
 			tc.fault(l, srv)

@@ -143,7 +143,7 @@ func TestConfigErrors(t *testing.T) {
 func TestAsyncDecidesInMemoryAndReconciles(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	l := newLimiter(t, Config{Redis: c, SyncInterval: 5 * time.Millisecond})
+	l := newLimiter(t, Config{Redis: c, SyncInterval: 5 * time.Millisecond, Ledger: true})
 	assert.Equal(t, Async, l.Mode())
 	lim := Per(20, time.Hour) // nothing refills during the test
 	admitted, sources := count(t, l, "k", lim, 30)
@@ -255,7 +255,7 @@ func TestFallbacks(t *testing.T) {
 		})
 	})
 	t.Run("fail open", func(t *testing.T) {
-		outage(t, Config{Fallback: FailOpen}, func(l *Limiter, srv *redistest.Server) {
+		outage(t, Config{Fallback: FailOpen, Ledger: true}, func(l *Limiter, srv *redistest.Server) {
 			admitted, _ := count(t, l, "k", lim, 100)
 			assert.Equal(t, 100, admitted)
 			admitted, _ = count(t, l, "k", lim, 50)
@@ -304,7 +304,7 @@ func TestRecoversWithALargeBacklog(t *testing.T) {
 	// the active window): a day's worth, so none expires while a loaded
 	// machine drains the backlog.
 	lim := Per(100, 24*time.Hour)
-	outage(t, Config{}, func(l *Limiter, srv *redistest.Server) {
+	outage(t, Config{Ledger: true}, func(l *Limiter, srv *redistest.Server) {
 		for i := range keys {
 			d, err := l.Allow(bg, fmt.Sprintf("backlog:%d", i), lim)
 			require.NoError(t, err)
@@ -327,7 +327,7 @@ func TestRecoversWithALargeBacklog(t *testing.T) {
 func TestCloseFlushesUnreportedSpend(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	l, err := New(Config{Redis: c, SyncInterval: time.Hour}) // no round will run on its own
+	l, err := New(Config{Redis: c, SyncInterval: time.Hour, Ledger: true}) // no round will run on its own
 	require.NoError(t, err)
 	lim := Per(10, time.Hour)
 	admitted, _ := count(t, l, "flush", lim, 7)
@@ -343,7 +343,7 @@ func TestCloseFlushesUnreportedSpend(t *testing.T) {
 func TestCloseReportsWhatCouldNotBeFlushed(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
-	l, err := New(Config{Redis: c, SyncInterval: time.Hour})
+	l, err := New(Config{Redis: c, SyncInterval: time.Hour, Ledger: true}) // the ledger has spend to send
 	require.NoError(t, err)
 	_, _ = count(t, l, "k", Per(10, time.Hour), 3)
 	srv.Kill()

@@ -122,7 +122,7 @@ func TestResetAsync(t *testing.T) {
 func TestResetAsyncKeepsTheLedger(t *testing.T) {
 	srv := redistest.Start(t)
 	clk := clock.NewManual(time.Unix(1_800_000_000, 0))
-	l, err := New(Config{Redis: srv.Client(t), Prefix: "reset:", SyncInterval: time.Hour, Clock: clk})
+	l, err := New(Config{Redis: srv.Client(t), Prefix: "reset:", SyncInterval: time.Hour, Clock: clk, Ledger: true})
 	require.NoError(t, err)
 	lim := Per(5, time.Hour)
 	exhaust(t, l, "k", lim)

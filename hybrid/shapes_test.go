@@ -194,7 +194,7 @@ func TestShapeHeavyWhileDegraded(t *testing.T) {
 // admitted, and LostSpend said 0.
 func TestShapeOneKeyManyLimits(t *testing.T) {
 	srv := redistest.Start(t)
-	nodes := shapeFleet(t, srv, 2, hybrid.Config{Prefix: "m:"})
+	nodes := shapeFleet(t, srv, 2, hybrid.Config{Prefix: "m:", Ledger: true})
 	limits := []hybrid.Limit{hybrid.PerHour(100), hybrid.PerHour(200), hybrid.PerHour(300)}
 	admitted := make([]int64, len(limits))
 	for round := range 400 {

@@ -76,7 +76,7 @@ func TestCalendarSlidingCounter(t *testing.T) {
 // A calendar limit's unknown zone is the caller's error; calendar spend is
 // never recorded for the reconciler; an idle calendar key is swept.
 func TestCalendarEngine(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	_, err := e.AllowN(t0, "k", limit.PerCalendar(3, limit.Day, "Mars/Olympus_Mons"), 1)
 	assert.ErrorIs(t, err, limit.ErrInvalidLimit)
 	assert.ErrorContains(t, err, "unknown time zone")

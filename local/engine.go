@@ -65,6 +65,13 @@ type Config struct {
 	// degraded spend). In Async mode a key's share bounds what the node may
 	// spend on it alone, and only pressure needs Redis.
 	SpendDue bool
+	// KeepOrphans keeps, for the reconciler, the spend that leaves a key's
+	// state: of a key evicted, and of a window that rolled over (up to
+	// about MaxKeys records at once; beyond, counted by Dropped). A
+	// reconciler that reports every spend (Sync mode, or a ledger of usage)
+	// needs it; one that needs only pressure does not, and the spend is
+	// forgotten with the key (its state is remembered all the same).
+	KeepOrphans bool
 }
 
 // Engine holds the state of many keys. It is safe for concurrent use; the
@@ -75,9 +82,11 @@ type Engine struct {
 	shards   []shard
 	track    bool
 	spendDue bool
-	claimed  atomic.Pointer[func(key string, lim limit.Limit) (Share, bool)]
-	maxKeys  int64
-	keys     atomic.Int64 // states held, extras included
+	// keepOrphans keeps the spend of evicted keys and rolled-over windows.
+	keepOrphans bool
+	claimed     atomic.Pointer[func(key string, lim limit.Limit) (Share, bool)]
+	maxKeys     int64
+	keys        atomic.Int64 // states held, extras included
 	// forgotten counts records of evicted keys lost before they were fresh:
 	// the table of a shard was full of live ones (evictions.go).
 	forgotten atomic.Uint64
@@ -140,7 +149,7 @@ func New(cfg Config) (*Engine, error) {
 	// evicts while the engine has room; the engine's count enforces MaxKeys.
 	perShard := 2*((maxKeys+shards-1)/shards) + 8
 	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards),
-		track: cfg.TrackSpend, spendDue: cfg.SpendDue, maxKeys: int64(maxKeys)}
+		track: cfg.TrackSpend, spendDue: cfg.SpendDue, keepOrphans: cfg.TrackSpend && cfg.KeepOrphans, maxKeys: int64(maxKeys)}
 	for i := range e.shards {
 		if err := e.shards[i].init(e, perShard, 2*((maxKeys+shards-1)/shards), &e.zones); err != nil {
 			return nil, fmt.Errorf("local: %w", err)

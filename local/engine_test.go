@@ -42,7 +42,7 @@ func TestConcurrentDecidersNeverOverAdmit(t *testing.T) {
 }
 
 func TestTakeSpend(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(10).WithBurst(5)
 	for range 7 {
 		_, err := e.AllowN(t0, "a", lim, 1)
@@ -80,7 +80,7 @@ func TestNoTrackingNoSpend(t *testing.T) {
 }
 
 func TestEvictionKeepsUntakenSpend(t *testing.T) {
-	e := newEngine(t, Config{Shards: 1, MaxKeys: 4, TrackSpend: true})
+	e := newEngine(t, Config{Shards: 1, MaxKeys: 4, TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(100)
 	for i := range 10 {
 		_, err := e.AllowN(t0, fmt.Sprintf("k%d", i), lim, int64(i+1))
@@ -97,7 +97,7 @@ func TestEvictionKeepsUntakenSpend(t *testing.T) {
 func TestWindowRolloverKeepsSpendOfTheOldWindow(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindowCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			lim := limit.PerSecond(100).WithAlgorithm(alg)
 			_, _ = e.AllowN(at(100*time.Millisecond), "k", lim, 3)
 			_, _ = e.AllowN(at(time.Second+100*time.Millisecond), "k", lim, 4)
@@ -112,7 +112,7 @@ func TestWindowRolloverKeepsSpendOfTheOldWindow(t *testing.T) {
 }
 
 func TestTakeSpendWhileDeciding(t *testing.T) {
-	e := newEngine(t, Config{Shards: 8, TrackSpend: true})
+	e := newEngine(t, Config{Shards: 8, TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(1_000_000)
 	var admitted atomic.Int64
 	var reported atomic.Int64
@@ -156,7 +156,7 @@ func TestTakeSpendWhileDeciding(t *testing.T) {
 }
 
 func TestSweepForgetsOnlyIdleFullyTakenKeys(t *testing.T) {
-	e := newEngine(t, Config{Shards: 1, TrackSpend: true})
+	e := newEngine(t, Config{Shards: 1, TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(10)
 	_, _ = e.AllowN(t0, "old", lim, 10)
 	_, _ = e.AllowN(t0, "busy", lim, 10)
@@ -176,7 +176,7 @@ func TestSweepForgetsOnlyIdleFullyTakenKeys(t *testing.T) {
 
 func TestSeedTakesItsShareOfTheGlobalState(t *testing.T) {
 	lim := limit.PerSecond(100) // burst 100, T = 10 ms
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	// Redis says 40 tokens remain globally: the TAT is 60 intervals ahead.
 	g := limit.State{TAT: t0 + 60*int64(10*time.Millisecond)}
 	require.NoError(t, e.Seed(t0, "k", lim, g, ShareOf(1, 4), 0, true))
@@ -201,7 +201,7 @@ func TestSeedTakesItsShareOfTheGlobalState(t *testing.T) {
 
 func TestSeedAddsSpendNotYetTaken(t *testing.T) {
 	lim := limit.PerSecond(100)
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	_, _ = e.AllowN(t0, "k", lim, 30) // taken below: the global state will hold it
 	e.TakeSpend(nil)
 	_, _ = e.AllowN(t0, "k", lim, 20) // in flight while the round runs: not yet in Redis
@@ -215,7 +215,7 @@ func TestSeedWindows(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindowCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
 			lim := limit.PerSecond(100).WithAlgorithm(alg)
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			w := t0 / int64(time.Second)
 			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: w, Count: 60}, ShareOf(1, 2), 0, true))
 			admitted := 0
@@ -247,7 +247,7 @@ func TestDegradedShare(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			e.SetFleet(tc.fixed, tc.seen)
 			if tc.aloneOnIt {
 				require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOne, 0, true))
@@ -276,7 +276,7 @@ func TestHeavyRequestUnderASmallShare(t *testing.T) {
 	// A node with a tenth of a 10-token burst can never admit a request of 5
 	// alone: it asks the fleet (ErrEscalate), and nothing changes meanwhile.
 	lim := limit.PerSecond(10)
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	e.SetFleet(0, 10)
 	require.NoError(t, e.Seed(t0, "k", lim, limit.State{}, ShareOf(1, 10), 0, true))
 	_, err := e.AllowN(t0, "k", lim, 5)
@@ -297,7 +297,7 @@ func TestHeavyRequestUnderASmallShare(t *testing.T) {
 }
 
 func TestNewKeysStartWithAnEqualShare(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	e.SetFleet(0, 4)
 	admitted := 0
 	for range 100 {
@@ -327,7 +327,7 @@ func TestNewRejectsNegativeConfig(t *testing.T) {
 }
 
 func TestRecordNRecordsSpendOnly(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(10)
 	for range 3 {
 		require.NoError(t, e.RecordN(t0, "k", lim, 7))
@@ -345,7 +345,7 @@ func TestRecordNRecordsSpendOnly(t *testing.T) {
 // Forget drops a key's state and its untaken spend: the key starts afresh
 // and the reconciler is not told of what it spent before.
 func TestForget(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	tb := limit.PerSecond(10).WithBurst(2)
 	fw := limit.PerMinute(2).WithAlgorithm(limit.FixedWindow)
 	log := limit.PerMinute(2).WithAlgorithm(limit.SlidingWindowLog)
@@ -395,7 +395,7 @@ func TestForget(t *testing.T) {
 // Redis's): taking spend at a later time must not hold the deciders' clock
 // there, buckets frozen until they catch up.
 func TestBookkeepingDoesNotAdvanceDecisionTime(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	lim := limit.PerSecond(10).WithBurst(1)
 	res, err := e.AllowN(t0, "k", lim, 1)
 	require.NoError(t, err)
@@ -423,7 +423,7 @@ func TestRestart(t *testing.T) {
 		limit.PerMinute(4).WithAlgorithm(limit.SlidingWindowCounter),
 	} {
 		t.Run(lim.String(), func(t *testing.T) {
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			other := limit.PerHour(4)
 			for range 4 {
 				_, err := e.AllowN(t0, "k", lim, 1)
@@ -450,4 +450,24 @@ func TestRestart(t *testing.T) {
 			assert.Equal(t, int64(6), spent, "the spend before and after the restart")
 		})
 	}
+}
+
+// Keys denied and evicted while no round takes the due list (the breaker
+// open through an outage) leave it bounded by the keys held, not by the
+// traffic. Before: one entry per key ever denied, 13.7 MiB after a 5 s
+// flood of new keys.
+func TestDueListStaysBoundedWithoutTakes(t *testing.T) {
+	e := newEngine(t, Config{TrackSpend: true, MaxKeys: 64})
+	lim := limit.PerHour(1)
+	for i := range 20_000 {
+		k := fmt.Sprintf("k%d", i)
+		_, _ = e.AllowN(t0, k, lim, 1)
+		_, _ = e.AllowN(t0, k, lim, 1) // denied: due
+	}
+	due := 0
+	for i := range e.shards {
+		due += len(e.shards[i].due)
+	}
+	assert.LessOrEqual(t, due, len(e.shards)*(2*64+dueKeep), "bounded by the keys held")
+	assert.Less(t, due, 20_000)
 }

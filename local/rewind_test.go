@@ -23,7 +23,7 @@ func TestRewindBringsStateBackToNow(t *testing.T) {
 		limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowLog),
 	} {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
-			e := newEngine(t, Config{Shards: 1, TrackSpend: true})
+			e := newEngine(t, Config{Shards: 1, TrackSpend: true, KeepOrphans: true})
 			admitted := func(at int64, n int) int {
 				got := 0
 				for range n {

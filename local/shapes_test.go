@@ -110,7 +110,7 @@ func TestRemainingIsWhatThisNodeWillAdmit(t *testing.T) {
 		limit.PerSecond(30).WithAlgorithm(limit.SlidingWindowCounter),
 	} {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			require.NoError(t, e.Seed(t0, "k", lim, limit.State{Window: t0 / int64(time.Second)}, ShareAmong(3), 0, true))
 			res, err := e.AllowN(t0, "k", lim, 0)
 			require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestRemainingIsWhatThisNodeWillAdmit(t *testing.T) {
 }
 
 func TestReportDueAtHalfTheShareOrOnPressure(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true, SpendDue: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true, SpendDue: true})
 	e.SetFleet(0, 4)
 	lim := limit.PerSecond(100) // a quarter share: 25 of the burst, due at 12
 	for range 11 {
@@ -158,7 +158,7 @@ func TestReportDueAtHalfTheShareOrOnPressure(t *testing.T) {
 }
 
 func TestEvictionKeepsSpendOfEveryLimit(t *testing.T) {
-	e := newEngine(t, Config{Shards: 1, MaxKeys: 2, TrackSpend: true})
+	e := newEngine(t, Config{Shards: 1, MaxKeys: 2, TrackSpend: true, KeepOrphans: true})
 	a, b := limit.PerSecond(100), limit.PerMinute(1000)
 	_, _ = e.AllowN(t0, "x", a, 2)
 	_, _ = e.AllowN(t0, "x", b, 3)
@@ -175,7 +175,7 @@ func TestEvictionKeepsSpendOfEveryLimit(t *testing.T) {
 }
 
 func TestWithoutSpendDueOnlyPressureIsDue(t *testing.T) {
-	e := newEngine(t, Config{TrackSpend: true})
+	e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 	e.SetFleet(0, 4)
 	lim := limit.PerSecond(100)
 	for range 25 {
@@ -197,7 +197,7 @@ func TestGrowJoinsThePoolsState(t *testing.T) {
 		limit.PerSecond(100).WithAlgorithm(limit.SlidingWindowCounter),
 	} {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
-			e := newEngine(t, Config{TrackSpend: true})
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			e.SetFleet(0, 4)
 			w := t0 / int64(time.Second)
 			assert.False(t, e.Contest(t0, "k", lim, true, ShareAmong(4), false), "not held yet")

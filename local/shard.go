@@ -63,7 +63,7 @@ func (sh *shard) init(e *Engine, size, evicted int, zones *limit.Zones) error {
 	sh.zones = zones
 	sh.policies = make(map[limit.Limit]*policy)
 	sh.extras = make(map[string][]*entry)
-	sh.maxOrph = max(4*size, 1024)
+	sh.maxOrph = max(size, 64)
 	keys, err := lru.NewLRU(size, sh.evicted)
 	sh.keys = keys
 	return err
@@ -315,8 +315,27 @@ func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, 
 	}
 	if !en.has(flagDue) && (!allowed || sh.e.spendDue && int64(en.spent) >= reportAt(en)) {
 		en.set(flagDue)
+		if len(sh.due) >= 2*sh.keys.Len()+dueKeep {
+			sh.compactDue()
+		}
 		sh.due = append(sh.due, dueRef{key: key, en: en})
 	}
+}
+
+// compactDue drops from the due list the entries no longer due: those
+// evicted since (an evicted entry is not due), or forgotten. With no take
+// for a while (the breaker open through an outage) and keys coming and
+// going, the list would otherwise grow with the traffic; compacted, it
+// holds at most the keys the shard holds, twice over.
+func (sh *shard) compactDue() {
+	kept := sh.due[:0]
+	for _, d := range sh.due {
+		if d.en.has(flagDue) {
+			kept = append(kept, d)
+		}
+	}
+	clear(sh.due[len(kept):])
+	sh.due = kept
 }
 
 // maxSpent is the most an entry's spent word holds; beyond it the spend moves
@@ -332,9 +351,10 @@ func reportAt(en *entry) int64 {
 }
 
 // orphan keeps spend whose entry no longer holds it, for the reconciler, up
-// to the shard's bound; beyond it the weight is counted as lost.
+// to the shard's bound; beyond it the weight is counted as lost. An engine
+// that keeps no such spend (Config.KeepOrphans off) forgets it.
 func (sh *shard) orphan(s Spend) {
-	if s.Spent == 0 && s.Hits == 0 {
+	if s.Spent == 0 && s.Hits == 0 || !sh.e.keepOrphans {
 		return
 	}
 	s.Orphan = true

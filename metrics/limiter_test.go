@@ -225,7 +225,7 @@ func TestLimiterCollectorAsync(t *testing.T) {
 func TestObserveRoundHooksAReconciler(t *testing.T) {
 	srv := redistest.Start(t)
 	rec, reg := newRecorder(t, Options{})
-	engine, err := local.New(local.Config{TrackSpend: true, SpendDue: true})
+	engine, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: true})
 	require.NoError(t, err)
 	store, err := remote.New(srv.Client(t, shortTimeouts), remote.Options{Node: "me"})
 	require.NoError(t, err)

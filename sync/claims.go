@@ -79,16 +79,16 @@ func (r *Reconciler) expiredClaims(t int64) []keyLim {
 // renews or recalls, and how far it has processed the claims it learned.
 // r.mu is held.
 func (r *Reconciler) heartbeat(rnow int64, flush bool) *remote.Heartbeat {
-	for _, p := range r.parts {
-		if p.wantBack && p.contested {
+	for _, p := range r.contested {
+		if p.wantBack {
 			r.renew(p, rnow, true)
 			p.wantBack = false
 			p.recallOut = r.rounds + 5
 		}
 	}
 	pending := false
-	for _, p := range r.parts {
-		if p.contested && (!p.joined || p.recall) {
+	for _, p := range r.contested {
+		if !p.joined || p.recall {
 			pending = true // a key to join, or to report when recalled: the claims are not processed yet
 			break
 		}
@@ -116,8 +116,8 @@ func (r *Reconciler) applyHeartbeat(hb *remote.Heartbeat, rnow int64) {
 	defer r.mu.Unlock()
 	if prev := r.acked.Swap(hb.Acked); hb.Acked > prev {
 		// More of the fleet has given way: a node that wants more asks now.
-		for _, p := range r.parts {
-			if p.contested && p.joined && p.target > p.grant {
+		for _, p := range r.contested {
+			if p.joined && p.target > p.grant {
 				p.next = 0
 			}
 		}

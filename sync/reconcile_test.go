@@ -67,7 +67,7 @@ type fixture struct {
 func newFixture(t *testing.T, cfg Config, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
-	e, err := local.New(local.Config{TrackSpend: true, SpendDue: !cfg.Shares})
+	e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: !cfg.Shares})
 	require.NoError(t, err)
 	o := remote.Options{Node: "me"}
 	if len(opts) > 0 {

@@ -117,6 +117,13 @@ type Config struct {
 	// share waits for the fleet to give it room (Escalate). Zero means 10
 	// intervals.
 	EscalationWait time.Duration
+	// Ledger, with Shares, keeps every key's ledger in Redis: what the
+	// fleet admitted on it, the spend of keys decided alone included
+	// (remote.Store.AsyncLedger). Without it only contested keys' reports
+	// carry their spend, and a key decided alone costs Redis nothing at
+	// all; the engine need not keep evicted keys' spend
+	// (local.Config.KeepOrphans).
+	Ledger bool
 }
 
 // RoundInfo describes one round, for metrics.
@@ -331,6 +338,20 @@ func (r *Reconciler) runRound(ctx context.Context, flush bool) (RoundInfo, error
 		return r.shareRound(ctx, flush)
 	}
 	return r.spendRound(ctx, flush)
+}
+
+// takenKeep is the capacity of the taken-spend buffer a round keeps; one
+// that grew past it (the backlog of an outage, a flood of evicted keys) is
+// let go, so the peak does not stay live.
+const takenKeep = 4096
+
+// releaseTaken drops the key strings of the spend taken for the GC, and
+// the buffer itself if a large round grew it.
+func (r *Reconciler) releaseTaken() {
+	clear(r.taken)
+	if cap(r.taken) > takenKeep {
+		r.taken = nil
+	}
 }
 
 // now returns the local time and the time on Redis's clock.

@@ -100,9 +100,22 @@ func (r *Reconciler) addSpend(s local.Spend, now time.Time) (*part, int64) {
 		p.since = time.Unix(0, s.Since)
 	}
 	p.total += s.Spent
+	if !r.cfg.Ledger {
+		p.acked = p.total // no ledger: nothing of it waits for Redis
+	}
 	p.hits += s.Hits
 	p.last = now
 	return p, 0
+}
+
+// slackOf is how far a share of lim may differ from what it should be
+// before it is worth a report: a request's worth, or an eighth of the
+// share (contest.lua's own threshold for a recall). Demand above the limit
+// on every node moves the targets a little with every report; chasing that
+// would report the key every few rounds and admit nothing more.
+func slackOf(lim limit.Limit, share int64) int64 {
+	one := (remote.GrantOne + lim.Capacity() - 1) / lim.Capacity()
+	return max(one, share/8)
 }
 
 // even is an even split of the fleet, in 1/remote.GrantOne.
@@ -157,8 +170,8 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 		// the fleet: contested keys go back to their shares (an even split at
 		// most, for a grant whose lease lapsed meanwhile).
 		even := r.even()
-		for _, p := range r.parts {
-			if p.contested && p.joined {
+		for _, p := range r.contested {
+			if p.joined {
 				if p.grant > even && p.leaseEnd <= rnow {
 					p.grant = even
 				}
@@ -170,6 +183,9 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 	}
 	lost := int64(0)
 	for _, s := range r.taken {
+		if !r.cfg.Ledger && !s.Pressure && r.parts[keyLim{s.Key, s.Limit}] == nil {
+			continue // decided alone, and no ledger to keep: nothing for Redis
+		}
 		p, dropped := r.addSpend(s, start)
 		lost += dropped
 		if p == nil || !s.Pressure {
@@ -181,7 +197,7 @@ func (r *Reconciler) shareRound(ctx context.Context, flush bool) (RoundInfo, err
 			p.pressure = true
 		}
 	}
-	clear(r.taken)
+	r.releaseTaken()
 	deferred := r.buildShares(rnow, flush)
 	ledger := r.buildLedger(flush)
 	hb := r.heartbeat(rnow, flush)
@@ -261,8 +277,8 @@ func (r *Reconciler) claim(p *part, rnow int64) {
 func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 	picks := r.sharePicks[:0]
 	even := r.even()
-	for _, p := range r.parts {
-		if !p.contested || p.inflight || (p.faulted && r.rounds < p.retryAt && !flush) {
+	for _, p := range r.contested {
+		if p.inflight || (p.faulted && r.rounds < p.retryAt && !flush) {
 			continue
 		}
 		prio := -1
@@ -271,7 +287,7 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 			prio = prioSpend
 		case p.join || p.recall:
 			prio = prioPressure
-		case (p.pressure || p.joined && p.target > p.grant && r.active(p)) && r.rounds >= p.next:
+		case (p.pressure || p.joined && p.target-p.grant >= slackOf(p.kl.lim, p.grant) && r.active(p)) && r.rounds >= p.next:
 			prio = prioPressure // denied, or wanting more than granted: backing off while nothing changes
 		case p.grant > even && p.leaseEnd-rnow <= p.span/2:
 			prio = prioRenew // renewed if the key is still in use: see below
@@ -460,7 +476,7 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 		if a.Recall && r.rounds >= p.recallOut {
 			p.wantBack = true
 		}
-		if s.recall && a.Target < a.Grant {
+		if s.recall && a.Grant-a.Target >= slackOf(p.kl.lim, a.Target) {
 			p.recall = true // recalled, and holding more than its target now says: shrink to it, next round
 		}
 		if a.Lost {
@@ -496,7 +512,7 @@ func (r *Reconciler) renew(p *part, rnow int64, recall bool) {
 // decided alone that left memory (evicted), every few rounds, and all of it
 // when flushing. r.mu is held.
 func (r *Reconciler) buildLedger(flush bool) []remote.LedgerEntry {
-	if !flush && r.rounds%sweepEvery != 0 {
+	if !r.cfg.Ledger || !flush && r.rounds%sweepEvery != 0 {
 		return nil
 	}
 	out := r.ledgerOut[:0]

@@ -32,7 +32,7 @@ func shareFleet(t *testing.T, n int, cfg Config, opts remote.Options) ([]*shareN
 	nodes := make([]*shareNode, n)
 	for i := range nodes {
 		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
-		e, err := local.New(local.Config{TrackSpend: true})
+		e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: cfg.Ledger})
 		require.NoError(t, err)
 		o := opts
 		o.Node = fmt.Sprintf("n%d", i)
@@ -139,7 +139,7 @@ func TestSharesFollowDemandAndNeverExceedTheLimit(t *testing.T) {
 // TestHeavyRequestWaitsForTheFleet: a request heavier than the node's even
 // split claims the key and waits while the fleet gives way.
 func TestHeavyRequestWaitsForTheFleet(t *testing.T) {
-	nodes, _ := shareFleet(t, 3, Config{Interval: 10 * time.Millisecond, EscalationWait: 2 * time.Second}, remote.Options{})
+	nodes, _ := shareFleet(t, 3, Config{Interval: 10 * time.Millisecond, EscalationWait: 2 * time.Second, Ledger: true}, remote.Options{})
 	rounds(t, nodes, 2)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
@@ -175,7 +175,7 @@ func TestHeavyRequestWaitsForTheFleet(t *testing.T) {
 // TestFlushPutsEveryAdmissionInTheLedger: spend decided alone and spend on
 // contested keys reach the ledger, once, when the nodes stop.
 func TestFlushPutsEveryAdmissionInTheLedger(t *testing.T) {
-	nodes, _ := shareFleet(t, 2, Config{}, remote.Options{})
+	nodes, _ := shareFleet(t, 2, Config{Ledger: true}, remote.Options{})
 	rounds(t, nodes, 2)
 	lim := limit.Per(50, time.Hour)
 	admitted := map[string]int{}

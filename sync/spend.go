@@ -318,7 +318,7 @@ func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, err
 	for _, s := range r.taken {
 		lost += r.counters.add(s, start)
 	}
-	clear(r.taken) // drop the key strings for the GC
+	r.releaseTaken()
 	r.renewals(rnow)
 	deferred := r.build(rnow, flush)
 	r.mu.Unlock()

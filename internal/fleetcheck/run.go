@@ -168,7 +168,7 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	watches := make([]roundWatch, len(sc.Nodes))
 	startNode := func(i int) {
 		nr := &rec.Nodes[i]
-		cfg := hybrid.Config{Prefix: ledgerPrefix, Mode: sc.Mode, SyncInterval: sc.Interval, Fallback: sc.Fallback,
+		cfg := hybrid.Config{Prefix: ledgerPrefix, Mode: sc.Mode, SyncInterval: sc.Interval, Fallback: sc.Fallback, Ledger: true,
 			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, ActiveWindow: sc.ActiveWindow, Node: nr.Name,
 			Logger:  logger.With("node", i),
 			OnRound: watches[i].observe}

@@ -284,6 +284,11 @@ for i = 1, #KEYS do
     -- it the share it needs, and a recall makes them give it up.
     local wantBy, wantN, wantEnd = f.W, tonumber(f.Wn) or 0, tonumber(f.We) or 0
     if wantEnd <= now then wantBy, wantN = nil, 0 end
+    -- One request's worth of the limit: every active node's target holds
+    -- at least that when the limit has room for it, so that a node never
+    -- holds a share too small for a request of weight 1 (which it would
+    -- have to ask Redis for).
+    local oneReq = math.ceil(ONE / math.max(kind == 0 and cap / unit or cap, 1))
     local function target(d, who)
       local t
       if count <= 1 then
@@ -291,7 +296,10 @@ for i = 1, #KEYS do
       elseif sum <= 0 then
         t = even
       else
+        -- Each node's demand counts with a floor fl: a tenth of an even
+        -- split's, and what gives the least demanding one request.
         local fl = 0.1 * sum / count
+        if count * oneReq < ONE then fl = math.max(fl, oneReq * sum / (ONE - count * oneReq)) end
         t = math.floor(ONE * (d + fl) / (sum + fl * count))
       end
       if wantBy ~= nil then
@@ -356,14 +364,20 @@ for i = 1, #KEYS do
       me[1] = me[1] + grow
       ps = ps - grow
     end
-    if (heavy > 0 and not admitted) or (want > me[1] and avail - grow <= 0) then
+    -- A want within a request (or an eighth) of the grant is no want: under
+    -- demand above the limit on every node, targets move a little with each
+    -- report, and recalling for that would make every node report the key
+    -- every few rounds for nothing.
+    local slack = math.max(oneReq, math.floor(me[1] / 8))
+    if (heavy > 0 and not admitted) or (want - me[1] >= slack and avail - grow <= 0) then
       -- Recall: others hold more than they want.
       local excess = 0
       for _, k in ipairs(names) do
         if k ~= mine then
           local r = recs[k]
           if now - r[10] <= active then
-            excess = excess + math.max(r[1] - target(r[9] / 1000, string.sub(k, 3)), 0)
+            local t = target(r[9] / 1000, string.sub(k, 3))
+            if r[1] - t >= math.max(oneReq, math.floor(t / 8)) then excess = excess + r[1] - t end
           elseif r[1] > 0 then
             excess = excess + r[1]
           end
