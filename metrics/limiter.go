@@ -16,7 +16,8 @@ type limiterCollector struct {
 	redisSuccesses, redisErrors, redisTimeouts, rejected  *prometheus.Desc
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
 	nodes, offset                                         *prometheus.Desc
-	faults, decisionCalls                                 *prometheus.Desc
+	faults, decisionCalls, heavyRefused                   *prometheus.Desc
+	deferred, escalations, claims, resets, leases         *prometheus.Desc
 }
 
 // NewLimiterCollector returns a prometheus.Collector of l's Stats, read
@@ -24,8 +25,11 @@ type limiterCollector struct {
 // successes, errors, timeouts and refusals, degraded mode, keys in memory, sync
 // rounds, round errors, keys sent, spend lost, pending keys, the last
 // round's duration, fleet nodes and clock offset, the quieter faults (an
-// evicting or unreadable eviction policy, keys of another type, clock steps),
-// and the decision path's calls to Redis by breaker state. Metric names start with
+// evicting or unreadable eviction policy, keys of another type, clock steps,
+// state Redis lost, eviction records forgotten), heavy requests refused
+// while degraded, Async's share protocol (claims, escalations, reports
+// deferred, resets applied, leases held), and the decision path's calls to
+// Redis by breaker state. Metric names start with
 // namespace ("" means DefaultNamespace). A LocalOnly limiter has no breaker,
 // Redis or rounds: it exports mode, degraded and keys only.
 //
@@ -71,7 +75,14 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		nodes:   desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
 		offset:  desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
 		faults: desc("faults_total",
-			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions on a key of another type (made under the fallback), clock steps (corrected). Should stay 0.", "fault"),
+			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher). Should stay 0.", "fault"),
+		heavyRefused: desc("heavy_refused_total",
+			"Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once."),
+		deferred:    desc("sync_reports_deferred_total", "Async key reports due that waited for a later round (MaxReports a round)."),
+		escalations: desc("sync_escalations_total", "Async requests decided in Redis because this node's share could not hold them (heavy requests)."),
+		claims:      desc("sync_claims_total", "Async keys this node claimed: it needed more than its even split of them."),
+		resets:      desc("sync_resets_total", "Async keys another node reset, started afresh here."),
+		leases:      desc("sync_leases", "Async keys whose share Redis granted this node under a live lease."),
 		decisionCalls: desc("decision_redis_calls_total",
 			"Calls to Redis made to decide (sync mode), by the breaker state that let them through: closed, half-open (a probe), or open (never: while the breaker is open no decision waits on Redis).", "breaker"),
 	}
@@ -82,7 +93,7 @@ func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.mode, c.degraded, c.keys, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
 		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
-		c.faults, c.decisionCalls,
+		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.escalations, c.claims, c.resets, c.leases,
 	} {
 		ch <- d
 	}
@@ -124,8 +135,16 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	f := s.Faults
 	counter(c.faults, f.EvictingPolicy, "evicting_policy")
 	counter(c.faults, f.UncheckedPolicy, "unchecked_policy")
-	counter(c.faults, f.KeyFaults, "key_of_another_type")
+	counter(c.faults, f.KeyFaults+rc.KeyFaults, "key_of_another_type")
 	counter(c.faults, f.ClockSteps, "clock_step")
+	counter(c.faults, s.StateLost, "state_lost")
+	counter(c.faults, s.EvictionsForgotten, "eviction_forgotten")
+	counter(c.heavyRefused, s.HeavyRefused)
+	counter(c.deferred, rc.Deferred)
+	counter(c.escalations, rc.Escalations)
+	counter(c.claims, rc.Claims)
+	counter(c.resets, rc.Resets)
+	gauge(c.leases, float64(rc.Leases))
 	dc := s.DecisionCalls
 	counter(c.decisionCalls, dc.Closed, breaker.Closed.String())
 	counter(c.decisionCalls, dc.Probes, breaker.HalfOpen.String())

@@ -73,7 +73,10 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		Breaker:       breaker.HalfOpen,
 		BreakerCounts: breaker.Counts{Successes: 100, Failures: 7, Timeouts: 3, Rejected: 40, Changes: 5},
 		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, Pending: 9, Nodes: 4,
-			LastRound: 1500 * time.Microsecond},
+			LastRound: 1500 * time.Microsecond, Deferred: 21, Escalations: 22, Claims: 23, KeyFaults: 4, Resets: 24, Leases: 25},
+		StateLost:          26,
+		HeavyRefused:       27,
+		EvictionsForgotten: 28,
 		Keys:          1234,
 		ClockOffset:   -2500 * time.Microsecond,
 		Faults:        hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2},
@@ -103,15 +106,20 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_degraded 1 while the limiter decides under its fallback because Redis failed, else 0.
 		# TYPE edge_degraded gauge
 		edge_degraded 1
-		# HELP edge_faults_total Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions on a key of another type (made under the fallback), clock steps (corrected). Should stay 0.
+		# HELP edge_faults_total Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher). Should stay 0.
 		# TYPE edge_faults_total counter
 		edge_faults_total{fault="clock_step"} 2
 		edge_faults_total{fault="evicting_policy"} 1
-		edge_faults_total{fault="key_of_another_type"} 6
+		edge_faults_total{fault="eviction_forgotten"} 28
+		edge_faults_total{fault="key_of_another_type"} 10
+		edge_faults_total{fault="state_lost"} 26
 		edge_faults_total{fault="unchecked_policy"} 0
 		# HELP edge_fleet_nodes Nodes active in the fleet, as Redis reported at the last successful round.
 		# TYPE edge_fleet_nodes gauge
 		edge_fleet_nodes 4
+		# HELP edge_heavy_refused_total Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once.
+		# TYPE edge_heavy_refused_total counter
+		edge_heavy_refused_total 27
 		# HELP edge_keys_in_memory Keys the limiter holds in node memory.
 		# TYPE edge_keys_in_memory gauge
 		edge_keys_in_memory 1234
@@ -127,15 +135,30 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_redis_timeouts_total Calls to Redis abandoned at their timeout (also counted in redis_errors_total).
 		# TYPE edge_redis_timeouts_total counter
 		edge_redis_timeouts_total 3
+		# HELP edge_sync_claims_total Async keys this node claimed: it needed more than its even split of them.
+		# TYPE edge_sync_claims_total counter
+		edge_sync_claims_total 23
+		# HELP edge_sync_escalations_total Async requests decided in Redis because this node's share could not hold them (heavy requests).
+		# TYPE edge_sync_escalations_total counter
+		edge_sync_escalations_total 22
 		# HELP edge_sync_keys_sent_total Key reports sent to Redis in successful sync rounds.
 		# TYPE edge_sync_keys_sent_total counter
 		edge_sync_keys_sent_total 5000
 		# HELP edge_sync_last_round_duration_seconds Duration of the last sync round, in seconds.
 		# TYPE edge_sync_last_round_duration_seconds gauge
 		edge_sync_last_round_duration_seconds 0.0015
+		# HELP edge_sync_leases Async keys whose share Redis granted this node under a live lease.
+		# TYPE edge_sync_leases gauge
+		edge_sync_leases 25
 		# HELP edge_sync_lost_spend_total Spend (request weight) that will never reach Redis: dropped because the buffer of unreported spend was full, or because Redis refused its key. Should stay 0.
 		# TYPE edge_sync_lost_spend_total counter
 		edge_sync_lost_spend_total 17
+		# HELP edge_sync_reports_deferred_total Async key reports due that waited for a later round (MaxReports a round).
+		# TYPE edge_sync_reports_deferred_total counter
+		edge_sync_reports_deferred_total 21
+		# HELP edge_sync_resets_total Async keys another node reset, started afresh here.
+		# TYPE edge_sync_resets_total counter
+		edge_sync_resets_total 24
 		# HELP edge_sync_pending_keys Keys with spend Redis has not acknowledged yet.
 		# TYPE edge_sync_pending_keys gauge
 		edge_sync_pending_keys 9
