@@ -77,10 +77,10 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		StateLost:          26,
 		HeavyRefused:       27,
 		EvictionsForgotten: 28,
-		Keys:          1234,
-		ClockOffset:   -2500 * time.Microsecond,
-		Faults:        hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2},
-		DecisionCalls: hybrid.DecisionCalls{Closed: 90, Probes: 3, Open: 0},
+		Keys:               1234,
+		ClockOffset:        -2500 * time.Microsecond,
+		Faults:             hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2},
+		DecisionCalls:      hybrid.DecisionCalls{Closed: 90, Probes: 3, Open: 0},
 	}
 	c := newLimiterCollector(func() hybrid.Stats { return stats }, "edge")
 	require.NoError(t, collectAndCompare(c, `
