@@ -11,8 +11,8 @@ import (
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
-// Mode is how a Limiter makes its decisions: the three rows of the design
-// notes' "local vs distributed" table as one setting.
+// Mode is how a Limiter makes its decisions: decide locally, in a shared
+// store, or locally and reconcile, as one setting (docs/accuracy.md).
 type Mode int
 
 const (

@@ -8,7 +8,7 @@ import (
 // Algorithm chooses how a Limit is enforced. The zero value is TokenBucket.
 type Algorithm uint8
 
-// The five algorithms of the design notes.
+// The five algorithms every rate limiter picks from.
 const (
 	// TokenBucket admits bursts up to Burst and refills at Rate per Period.
 	// Its state is one int64: the GCRA theoretical arrival time.
@@ -56,7 +56,7 @@ func (a Algorithm) String() string {
 
 // ParseAlgorithm reads an algorithm by its configuration name. It accepts the
 // names String returns, with dashes or underscores, any case, and
-// "sliding_window" as the notes' shorthand for the sliding window counter.
+// "sliding_window" as the common shorthand for the sliding window counter.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	norm := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
 	if norm == "sliding_window" {

@@ -175,7 +175,7 @@ func TestFixedWindow(t *testing.T) {
 	})
 }
 
-// TestFixedWindowBoundarySpike shows the weakness the notes describe: the
+// TestFixedWindowBoundarySpike shows the fixed window's known weakness: the
 // whole rate at the end of one window and again at the start of the next,
 // twice the limit within a fraction of the period.
 func TestFixedWindowBoundarySpike(t *testing.T) {
@@ -208,10 +208,10 @@ func TestFixedWindowBoundarySpike(t *testing.T) {
 	assert.Equal(t, 100, admitted, "the sliding window counter carries the previous window's weight")
 }
 
-// TestSlidingWindowCounterNotesExample pins the notes' worked example:
+// TestSlidingWindowCounterWorkedExample pins a worked example:
 // previous window 80, current 30, 70% through the window: weighted count
 // 80×0.3 + 30 = 54.
-func TestSlidingWindowCounterNotesExample(t *testing.T) {
+func TestSlidingWindowCounterWorkedExample(t *testing.T) {
 	lim := limit.PerMinute(100).WithAlgorithm(limit.SlidingWindowCounter)
 	e := newEngine(t, Config{})
 	_, err := e.AllowN(at(0), "k", lim, 80)

@@ -142,7 +142,7 @@ func BenchmarkXTimeRate(b *testing.B) {
 	})
 }
 
-// rwMutexMap is the per-key pattern from the notes, done right (double-checked
+// rwMutexMap is the common per-key pattern (a map under an RWMutex), done right (double-checked
 // creation): a map of *rate.Limiter behind a sync.RWMutex.
 type rwMutexMap struct {
 	mu       sync.RWMutex
