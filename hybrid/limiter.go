@@ -312,11 +312,8 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (D
 	case Sync:
 		return l.syncAllow(ctx, key, lim, n)
 	}
-	if lim.Algorithm == limit.SlidingWindowLog {
-		return Decision{}, fmt.Errorf("%w: %v cannot run in async mode (its exact log cannot be merged from summaries): use sync or local mode", ErrUnsupported, lim.Algorithm)
-	}
-	if lim.Calendar != limit.NoCalendar {
-		return Decision{}, errCalendarAsync(lim)
+	if err := asyncSupports(lim); err != nil {
+		return Decision{}, err
 	}
 	if l.engine.Degraded() {
 		return l.degraded(key, lim, n)

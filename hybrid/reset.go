@@ -54,6 +54,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, lim Limit) error {
 		l.engine.Forget(key, lim)
 		return nil
 	}
+	if err := asyncSupports(lim); err != nil {
+		return err // nothing of it is in Redis, and the reconciler could never report it
+	}
 	at, err := l.resetCall(ctx, key, func(ctx context.Context) (int64, error) {
 		_, at, err := l.store.ResetShares(ctx, key, lim)
 		return at, err

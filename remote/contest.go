@@ -146,20 +146,12 @@ func (s *Store) Contest(ctx context.Context, reports []ShareReport, round *Share
 	if err != nil {
 		return err
 	}
-	for _, a := range round.Answers {
-		if a.Err == nil {
-			return nil
-		}
-	}
-	if len(round.Answers) > 0 {
-		return round.Answers[0].Err
-	}
-	return nil
+	return roundError(round.Answers, func(a ShareAnswer) error { return a.Err })
 }
 
 // shareable reports why r cannot be sent, if it cannot.
 func shareable(r ShareReport) error {
-	if r.Limit.Algorithm == limit.SlidingWindowLog {
+	if r.Limit.Algorithm == limit.SlidingWindowLog || r.Limit.Calendar != limit.NoCalendar {
 		return &Error{Kind: ErrRedis, Op: "contest", Key: r.Key, Err: ErrNotReconcilable}
 	}
 	if err := r.Limit.Validate(); err != nil {

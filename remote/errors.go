@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"github.com/hybridlimit/hybridlimit/limit"
 	"io"
 	"net"
 	"strings"
@@ -141,3 +142,11 @@ func kindOf(err error) error {
 // failure. Only ErrWrongType is: a garbage reply says Redis (or whatever
 // answers in its place) is not healthy.
 func IsKeyFault(err error) bool { return errors.Is(err, ErrWrongType) }
+
+// IsUnreportable reports whether err refuses a report for what it carries,
+// before any call to Redis: a limit Async mode cannot share (the sliding
+// window log, a calendar window), an invalid limit or key. Sending it again
+// can never succeed, and Redis has done nothing wrong.
+func IsUnreportable(err error) bool {
+	return errors.Is(err, ErrNotReconcilable) || errors.Is(err, limit.ErrInvalidLimit) || errors.Is(err, limit.ErrInvalidKey)
+}

@@ -108,9 +108,10 @@ type Round struct {
 	Answers []Answer
 }
 
-// ErrNotReconcilable is a Report's error for the sliding window log, whose
-// exact log of timestamps cannot be merged from summaries: use it in Sync
-// mode.
+// ErrNotReconcilable is a report's error for a limit whose state cannot be
+// merged from summaries: the sliding window log, whose exact log of
+// timestamps cannot (use it in Sync mode), and, in Async mode, calendar
+// windows.
 var ErrNotReconcilable = errors.New("remote: the sliding window log cannot be reconciled")
 
 // keysPerCall is how many keys one reconcile script call takes on a single
@@ -182,15 +183,33 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 	if err != nil {
 		return err
 	}
-	for _, a := range round.Answers {
-		if a.Err == nil {
+	return roundError(round.Answers, func(a Answer) error { return a.Err })
+}
+
+// roundError is a round's error: nil when any report succeeded, else the
+// first failure Redis is to blame for (a report refused before it was sent
+// says nothing about Redis), preferring one about Redis itself to one about
+// a key.
+func roundError[A any](answers []A, errOf func(A) error) error {
+	var redisErr, keyErr error
+	for _, a := range answers {
+		err := errOf(a)
+		switch {
+		case err == nil:
 			return nil
+		case IsUnreportable(err):
+		case IsKeyFault(err):
+			if keyErr == nil {
+				keyErr = err
+			}
+		case redisErr == nil:
+			redisErr = err
 		}
 	}
-	if len(round.Answers) > 0 {
-		return round.Answers[0].Err // every report failed
+	if redisErr != nil {
+		return redisErr
 	}
-	return nil
+	return keyErr
 }
 
 // call is one script call of a reconcile round.

@@ -427,6 +427,18 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 		s := sent[i]
 		p := s.p
 		p.inflight = false
+		if a.Err != nil && remote.IsUnreportable(a.Err) {
+			// Never sendable (a limit Async cannot share): retrying would
+			// fail every round. The key goes back to the even split.
+			r.stats.faults.Add(1)
+			r.named1(p.kl.key, "reconcile: this key's limit cannot be reconciled in async mode: it stays in the even split",
+				"key", p.kl.key, "limit", p.kl.lim.String(), "err", a.Err)
+			p.contested, p.joined, p.join, p.recall, p.grant = false, false, false, false, 0
+			delete(r.contested, p.kl)
+			r.dropClaim(p.kl)
+			e.Contest(rnow, p.kl.key, p.kl.lim, false, 0, false)
+			continue
+		}
 		if a.Err != nil {
 			p.join, p.recall = p.join || s.join, p.recall || s.recall
 			if remote.IsKeyFault(a.Err) {

@@ -43,6 +43,7 @@ type BoundParams struct {
 //	            + C·(N−1)/N                   a change of the fleet: one even split counted twice
 //	            + R·(1.1·I + r)/N             a node that joins, before the others see it
 //	            + C·wipes                     Redis forgot what was spent before it lost its data
+//	            + C·N/65536                   even splits rounded to the nearest 1/32768
 //	            (fleetsim.AsyncBound for the token bucket)
 //	            (the window algorithms: Exact(w + r), their boundaries placed on
 //	            clocks aligned to Redis's within half a round trip each)
@@ -84,8 +85,12 @@ func Bound(p BoundParams, w time.Duration) float64 {
 	if p.Mode == hybrid.Sync {
 		unseen = perSecond * stale * (n - 1) / n // degraded spend reported a round late
 	}
+	rounding := 0.0
+	if p.Mode == hybrid.Async {
+		rounding = c * n / 65536 // even splits round to the nearest 1/32768 of the limit
+	}
 	return float64(ExactMax(p.Algorithm, p.Rate, p.Period, p.Burst, p.MaxWeight, exactW)) +
-		unseen + c*(n-1)/n + c*float64(p.Wipes)
+		unseen + c*(n-1)/n + c*float64(p.Wipes) + rounding
 }
 
 // ExactMax is the most weight one exact limiter of algorithm alg admits

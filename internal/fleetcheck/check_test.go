@@ -45,9 +45,10 @@ func kinds(r *Result) []string {
 func TestCheckBound(t *testing.T) {
 	tb := limit.PerSecond(100).WithBurst(10)
 	sc := handScenario(Key{Name: "k", Limits: []limit.Limit{tb}, Pattern: Steady, MaxWeight: 1})
-	// Two nodes, 10 ms: one interval may see 10 + 1 + 100·0.021/2 + 10/2 = 17.05.
+	// Two nodes, 10 ms: one interval may see 10 + 1 + 100·0.021/2 + 10/2
+	// + 10·2/65536 (rounding) = 17.0503.
 	bound := Bound(sc.Params(0, 0), 10*time.Millisecond)
-	require.InDelta(t, 17.05, bound, 1e-9)
+	require.InDelta(t, 17.05+20.0/65536, bound, 1e-9)
 
 	rec := &Record{Scenario: sc, Decisions: admits(17, 1, 500*time.Millisecond, 510*time.Millisecond, true, hybrid.Local)}
 	res := Check(rec)

@@ -34,7 +34,7 @@ func ExampleBound() {
 		Burst: 100, Interval: 10 * time.Millisecond, Nodes: 4, MaxWeight: 1, RTT: 10 * time.Millisecond}
 	fmt.Printf("exact %d, bound %.2f\n", fleetcheck.ExactMax(p.Algorithm, p.Rate, p.Period, p.Burst, 1, time.Second), fleetcheck.Bound(p, time.Second))
 	// Output:
-	// exact 1100, bound 1180.25
+	// exact 1100, bound 1180.26
 }
 
 // The most admitted within any window of 10 ms: the window [5 ms, 15 ms].

@@ -14,6 +14,7 @@ const Jitter = 0.1
 //	rate·w + burst                                  the limit itself
 //	+ burst·(nodes-1)/nodes                         a change of the fleet: one even split counted twice
 //	+ rate·(interval·(1+Jitter) + rtt)/nodes        a node that joins before the others divide by one more
+//	+ burst·nodes/65536                             even splits rounded to the nearest 1/32768
 //
 // A node alone has nothing to share: the bound is the limit.
 func AsyncBound(rate, burst float64, interval, rtt time.Duration, nodes int, w time.Duration) float64 {
@@ -22,7 +23,7 @@ func AsyncBound(rate, burst float64, interval, rtt time.Duration, nodes int, w t
 	}
 	n := float64(nodes)
 	stale := interval.Seconds()*(1+Jitter) + rtt.Seconds()
-	return rate*w.Seconds() + burst + burst*(n-1)/n + rate*stale/n
+	return rate*w.Seconds() + burst + burst*(n-1)/n + rate*stale/n + burst*n/65536
 }
 
 // Limit is what an exact limiter admits within a window of w: rate·w + burst.

@@ -45,8 +45,8 @@ func TestDriveRejectsNothingToDo(t *testing.T) {
 
 func TestAsyncBound(t *testing.T) {
 	// 1000/s, burst 100, 10 ms, rtt 10 ms, 4 nodes, 10 s:
-	// 10,000 + 100 + 75 + 1000·0.021/4.
-	assert.InDelta(t, 10180.25, AsyncBound(1000, 100, 10*time.Millisecond, 10*time.Millisecond, 4, 10*time.Second), 1e-6)
+	// 10,000 + 100 + 75 + 1000·0.021/4 + 100·4/65536.
+	assert.InDelta(t, 10180.25+400.0/65536, AsyncBound(1000, 100, 10*time.Millisecond, 10*time.Millisecond, 4, 10*time.Second), 1e-6)
 	assert.InDelta(t, 10100, AsyncBound(1000, 100, 10*time.Millisecond, 10*time.Millisecond, 1, 10*time.Second), 1e-6, "alone: exact")
 	assert.InDelta(t, 10100, Limit(1000, 100, 10*time.Second), 1e-9)
 }

@@ -164,5 +164,5 @@ func TestRunMeasuresBothModes(t *testing.T) {
 	assert.GreaterOrEqual(t, sync.Redis.Scripts, sync.Sources[hybrid.Remote], "a script for every decision made in Redis")
 	assert.Positive(t, sync.Sources[hybrid.Remote])
 	assert.Less(t, async.ScriptsPerDecision(), 1.0, "Async decides in memory: fewer scripts than decisions")
-	assert.Positive(t, results[hybrid.Async].Close.Calls, "closing reports the spend of the keys decided alone")
+	assert.Positive(t, results[hybrid.Async].Close.Calls, "closing gives the contested keys' shares back and leaves the fleet")
 }
