@@ -163,6 +163,27 @@ for i = 1, #KEYS do
       end
     end
 
+    -- A contest whose every record is older than the active window is over:
+    -- its claim expired and every node went back to deciding the key in an
+    -- even split of its own. A report now begins a new contest, in which
+    -- the nodes hold even splits (counted as such until they have processed
+    -- the new claim): the old records, pool and start say nothing of that,
+    -- and taken at their word they would hand the even splits the nodes are
+    -- spending to the first node that reports, as unspent.
+    local restarted, dropped = false, {}
+    if #names > 0 then
+      restarted = true
+      for _, k in ipairs(names) do
+        if now - recs[k][10] <= active then restarted = false break end
+      end
+    end
+    if restarted then
+      for _, k in ipairs(names) do dropped[#dropped + 1] = k end
+      recs, names = {}, {}
+      began, relost = now, false
+      f.P, f.W, f.Wn, f.We = nil, nil, nil, nil
+    end
+
     -- The pool, as of now.
     local ps, pa, pb, pc = 0, 0, 0, 0
     if f.P then
@@ -192,7 +213,7 @@ for i = 1, #KEYS do
       if kind == 0 then x1, x2, x3 = 0, 0, 0 else x1, x2, x3 = math.floor(now / period), 0, 0 end
     end
     if me == nil then
-      if applied > 0 then
+      if applied > 0 and not restarted then
         -- It had a record: Redis lost the key. Every node that held a
         -- share must rejoin before any share it may hold is handed out:
         -- the contest begins again now, and the node recalls the others.
@@ -437,7 +458,14 @@ for i = 1, #KEYS do
     local need = math.max(untilMs, nowMs + math.ceil(active / 1000)) + keep
     local expire = (tonumber(f.x) or 0) < need
     if expire then w[#w + 1], w[#w + 2] = 'x', need + keep end
-    local r = redis.pcall('HSET', key, unpack(w))
+    local r = 0
+    if #dropped > 0 then
+      -- The old contest's records, but for the reporting node's (rewritten).
+      local gone = {}
+      for _, k in ipairs(dropped) do if k ~= mine then gone[#gone + 1] = k end end
+      if #gone > 0 then r = redis.pcall('HDEL', key, unpack(gone)) end
+    end
+    if not iserr(r) then r = redis.pcall('HSET', key, unpack(w)) end
     if iserr(r) then
       emit(0, r.err)
     else
