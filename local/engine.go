@@ -63,7 +63,9 @@ type Config struct {
 	// reaches half the node's share of its capacity, not only when a
 	// request was denied: for a reconciler that reports spend (Sync mode's
 	// degraded spend). In Async mode a key's share bounds what the node may
-	// spend on it alone, and only pressure needs Redis.
+	// spend on it alone, and only pressure needs Redis; a contested key is
+	// due at half its share all the same, so that the reconciler sees its
+	// demand outgrow the share before the node denies.
 	SpendDue bool
 	// KeepOrphans keeps, for the reconciler, the spend that leaves a key's
 	// state: of a key evicted, and of a window that rolled over (up to

@@ -313,7 +313,7 @@ func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, 
 	if degraded {
 		en.set(flagDegraded)
 	}
-	if !en.has(flagDue) && (!allowed || sh.e.spendDue && int64(en.spent) >= reportAt(en)) {
+	if !en.has(flagDue) && (!allowed || (sh.e.spendDue || en.has(flagContested)) && int64(en.spent) >= reportAt(en)) {
 		en.set(flagDue)
 		if len(sh.due) >= 2*sh.keys.Len()+dueKeep {
 			sh.compactDue()

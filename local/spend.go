@@ -115,7 +115,7 @@ func (e *Engine) TakeKey(now int64, key string, lim limit.Limit, dst []Spend) []
 func (e *Engine) take(dst []Spend, key string, en *entry, now int64) []Spend {
 	s := Spend{Key: key, Limit: en.pol.lim, Spent: int64(en.spent), Charge: int64(en.spent), Hits: int64(en.hits),
 		Window: en.st[0], Since: e.sinceOf(en, now), Pressure: en.has(flagPressure), Degraded: en.has(flagDegraded),
-		Due: e.spendDue && int64(en.spent) >= reportAt(en)}
+		Due: (e.spendDue || en.has(flagContested)) && int64(en.spent) >= reportAt(en)}
 	if s.Degraded {
 		s.Charge = min(s.Spent, e.privateLevel(en, now))
 	}

@@ -62,11 +62,11 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 	}
 	grant := r.decidedGrant(p)
 	est, _ := e.Estimate(key, lim)
-	seconds := max(start.Sub(p.since).Seconds(), r.cfg.Interval.Seconds())
+	demand := r.demandOf(p, start)
 	rep := remote.ShareReport{Key: key, Limit: lim, Grant: grant, State: est, Now: rnow, Applied: p.applied,
-		Demand: float64(p.hits) / seconds, Epoch: p.epoch, Total: p.total, Acked: p.acked, Heavy: n, Claim: p.claimer,
+		Demand: demand, Epoch: p.epoch, Total: p.total, Acked: p.acked, Heavy: n, Claim: p.claimer,
 		Pressure: true}
-	sent := sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: start, join: p.join, recall: p.recall}
+	sent := sentShare{p: p, total: p.total, hits: p.hits, demand: demand, grant: grant, taken: start, join: p.join, recall: p.recall}
 	p.join, p.recall, p.claimer = false, false, false
 	p.inflight = true
 	if p.wantBack {

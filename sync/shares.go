@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
@@ -37,6 +38,8 @@ type part struct {
 	epoch, total, acked int64
 	hits                int64     // demand since the last report
 	since               time.Time // when hits began to accumulate
+	demand              float64   // the demand last reported, smoothed (requests/s)
+	demandAt            time.Time // when it was measured; zero before the first report
 	last                time.Time // last activity
 
 	contested bool  // the key is claimed: its share is Redis's to grant
@@ -68,6 +71,7 @@ type part struct {
 type sentShare struct {
 	p            *part
 	total, hits  int64
+	demand       float64 // the demand reported (demandOf)
 	grant        int64
 	taken        time.Time
 	pressure     bool
@@ -107,6 +111,52 @@ func (r *Reconciler) addSpend(s local.Spend, now time.Time) (*part, int64) {
 	p.last = now
 	return p, 0
 }
+
+// demandSpan is the time constant of the demand a node reports, in
+// intervals: the requests it was asked for per second, averaged over about
+// that many rounds. Measured over one report's interval alone, a key asked
+// for 50 times a second reads 0 or 100 from one report to the next; the
+// targets would follow the noise, and a node recalled while its reading was
+// 0 would shrink below what it is asked for and deny.
+const demandSpan = 10
+
+// demandOf is p's demand to report at now: the requests asked for since the
+// last report, per second, folded into the demand reported before with a
+// weight that grows with the time since (an exponential moving average of
+// time constant demandSpan intervals). The answer's apply keeps it
+// (sentShare). r.mu is held.
+func (r *Reconciler) demandOf(p *part, now time.Time) float64 {
+	interval := r.cfg.Interval.Seconds()
+	latest := float64(p.hits) / max(now.Sub(p.since).Seconds(), interval)
+	if p.demandAt.IsZero() {
+		return latest
+	}
+	w := 1 - math.Exp(-max(now.Sub(p.demandAt).Seconds(), interval)/(demandSpan*interval))
+	return p.demand + w*(latest-p.demand)
+}
+
+// outgrowing reports whether p's key is asked of this node faster than its
+// grant refills, measured over at least outgrowFor rounds: once the share's
+// burst runs out the node will deny, and compliant traffic that moved to
+// this node from another (or an outage that begins meanwhile) would be
+// refused while the shares catch up. Reporting the demand now moves the
+// shares before the first denial. r.mu is held.
+func (r *Reconciler) outgrowing(p *part) bool {
+	if p.hits == 0 || p.grant <= 0 {
+		return false
+	}
+	secs := r.deps.Clock.Now().Sub(p.since).Seconds()
+	if secs < outgrowFor*r.cfg.Interval.Seconds() {
+		return false
+	}
+	lim := p.kl.lim
+	refill := float64(lim.Rate) / lim.Period.Seconds() * float64(p.grant) / float64(remote.GrantOne)
+	return float64(p.hits)/secs > refill
+}
+
+// outgrowFor is the fewest rounds over which outgrowing measures demand:
+// over one or two, a key asked for a few times a second reads as a burst.
+const outgrowFor = 5
 
 // slackOf is how far a share of lim may differ from what it should be
 // before it is worth a report: a request's worth, or an eighth of the
@@ -287,8 +337,8 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 			prio = prioSpend
 		case p.join || p.recall:
 			prio = prioPressure
-		case (p.pressure || p.joined && p.target-p.grant >= slackOf(p.kl.lim, p.grant) && r.active(p)) && r.rounds >= p.next:
-			prio = prioPressure // denied, or wanting more than granted: backing off while nothing changes
+		case (p.pressure || p.joined && (p.target-p.grant >= slackOf(p.kl.lim, p.grant) && r.active(p) || r.outgrowing(p))) && r.rounds >= p.next:
+			prio = prioPressure // denied, wanting more than granted, or about to be: backing off while nothing changes
 		case p.grant > even && p.leaseEnd-rnow <= p.span/2:
 			prio = prioRenew // renewed if the key is still in use: see below
 		}
@@ -328,13 +378,13 @@ func (r *Reconciler) buildShares(rnow int64, flush bool) (deferred int) {
 			r.setGrant(p.kl, grant)
 		}
 		est, _ := e.Estimate(p.kl.key, p.kl.lim)
-		seconds := max(taken.Sub(p.since).Seconds(), r.cfg.Interval.Seconds())
+		demand := r.demandOf(p, taken)
 		r.shareReports = append(r.shareReports, remote.ShareReport{
 			Key: p.kl.key, Limit: p.kl.lim, Grant: grant, State: est, Now: rnow, Applied: p.applied,
-			Demand: float64(p.hits) / seconds, Epoch: p.epoch, Total: p.total, Acked: p.acked, Claim: p.claimer,
+			Demand: demand, Epoch: p.epoch, Total: p.total, Acked: p.acked, Claim: p.claimer,
 			Pressure: p.pressure && !flush, Leave: flush, // a node leaving wants nothing
 		})
-		r.shareSent = append(r.shareSent, sentShare{p: p, total: p.total, hits: p.hits, grant: grant, taken: taken,
+		r.shareSent = append(r.shareSent, sentShare{p: p, total: p.total, hits: p.hits, demand: demand, grant: grant, taken: taken,
 			pressure: pk.prio == prioPressure && !p.join && !p.recall, join: p.join, recall: p.recall})
 		p.join, p.recall, p.pressure, p.claimer = false, false, false, false
 		p.inflight = true
@@ -474,10 +524,13 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 		p.acked = max(p.acked, s.total)
 		p.hits = max(p.hits-s.hits, 0)
 		p.since = s.taken
+		p.demand, p.demandAt = s.demand, s.taken
 		if s.hits > 0 {
 			p.asked = s.taken
 		}
 		if s.pressure {
+			// Back off while reports change nothing: neither the grant nor
+			// the target (which moves first, as the demands shift).
 			if absDiff(a.Grant, old)*8 <= max(old, 1) {
 				p.backoff = min(p.backoff+1, maxBackoff)
 			} else {

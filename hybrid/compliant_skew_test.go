@@ -1,0 +1,100 @@
+package hybrid_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/fleetsim"
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+)
+
+// Compliant traffic (20% of the limit, spread evenly over 4 nodes) that
+// follows, after a full refill time, a spell in which one node alone was over
+// its even split. The key is still contested (its claim lives 2 s after its
+// last renewal), and the three other nodes hold no share of it (or the
+// floor of a tenth of an even split): they refuse, or send to Redis, the
+// first compliant requests.
+func TestCompliantAfterAHotspot(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := hybrid.PerSecond(1000) // burst 1000, refills in 1 s
+	nodes := shapeFleet(t, srv, 4, hybrid.Config{Prefix: "rc:"})
+	ctx := context.Background()
+	// Phase 1: node 0 alone at 60% of the limit (under it) for 1 s.
+	_, err := fleetsim.Drive(ctx, deciders(nodes), fleetsim.Run{Key: "k", Limit: lim, Duration: time.Second},
+		fleetsim.Load{Rate: 600, Weight: func(i int, _ time.Duration) float64 {
+			if i == 0 {
+				return 1
+			}
+			return 0
+		}})
+	require.NoError(t, err)
+	// Idle for longer than the bucket takes to refill.
+	time.Sleep(1200 * time.Millisecond)
+	// Phase 2: 20% of the limit, spread evenly.
+	tl, err := fleetsim.Drive(ctx, deciders(nodes), fleetsim.Run{Key: "k", Limit: lim, Duration: 2 * time.Second},
+		fleetsim.Load{Rate: 200})
+	require.NoError(t, err)
+	require.NoError(t, tl.FirstError)
+	total := tl.Total()
+	t.Logf("compliant phase: offered %d, admitted %d, sources (local, remote, degraded) %v, p99 latency %v, max %v",
+		total.Offered, total.Admitted, total.Sources, tl.Percentile(0.99), tl.Percentile(1))
+	assert.Equal(t, total.Offered, total.Admitted, "nothing refused: 20% of the limit, spread evenly, the bucket full")
+}
+
+// The same key contested with skewed demand under the limit (node 0 at 90%
+// of it, the others at 1% each), then traffic at 20% of the limit spread
+// evenly, through an outage of Redis (killed or stopped for 3 s). After the
+// outage each node goes back to the grant Redis gave it before: the three
+// that had little demand then hold a small share of a key now evenly used.
+func TestCompliantThroughAnOutageAfterSkewedDemand(t *testing.T) {
+	for _, fault := range []string{"kill", "stop"} {
+		t.Run(fault, func(t *testing.T) {
+			srv := redistest.Start(t)
+			lim := hybrid.PerSecond(1000)
+			nodes := shapeFleet(t, srv, 4, hybrid.Config{Prefix: "ro:", BreakerOpenFor: 200 * time.Millisecond})
+			ctx := context.Background()
+			_, err := fleetsim.Drive(ctx, deciders(nodes), fleetsim.Run{Key: "k", Limit: lim, Duration: 1500 * time.Millisecond},
+				fleetsim.Load{Rate: 930, Weight: func(i int, _ time.Duration) float64 {
+					if i == 0 {
+						return 90
+					}
+					return 1
+				}})
+			require.NoError(t, err)
+			done := make(chan *fleetsim.Timeline, 1)
+			go func() {
+				tl, _ := fleetsim.Drive(ctx, deciders(nodes), fleetsim.Run{Key: "k", Limit: lim, Duration: 8 * time.Second},
+					fleetsim.Load{Rate: 200})
+				done <- tl
+			}()
+			time.Sleep(time.Second)
+			if fault == "kill" {
+				srv.Kill()
+			} else {
+				srv.Pause()
+			}
+			time.Sleep(3 * time.Second)
+			if fault == "kill" {
+				srv.Restart()
+			} else {
+				srv.Resume()
+			}
+			tl := <-done
+			require.NoError(t, tl.FirstError)
+			total := tl.Total()
+			for b, bk := range tl.Fleet() {
+				if bk.Offered != bk.Admitted {
+					t.Logf("  %v: offered %d admitted %d sources %v", time.Duration(b)*tl.Bucket, bk.Offered, bk.Admitted, bk.Sources)
+				}
+			}
+			t.Logf("20%% of the limit spread evenly through the outage: offered %d, admitted %d, sources %v",
+				total.Offered, total.Admitted, total.Sources)
+			assert.Equal(t, total.Offered, total.Admitted, "nothing refused: before, during or after the outage")
+		})
+	}
+}
