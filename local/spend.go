@@ -141,6 +141,14 @@ func (sh *shard) takeOrphans(dst []Spend) []Spend {
 // the reconciler). Keys under a lease the reconciler tracks are kept. It
 // looks at up to perShard of the least recently used keys of each shard and
 // returns how many it removed.
+//
+// A fresh key is idle when nothing was asked of it since the previous
+// sweep. Where nobody takes the spend of keys decided alone (an engine that
+// keeps no orphans: Async mode without a ledger), that spend only says the
+// key was used: the sweep drops it and stops there, and the next sweep
+// forgets the key if nothing was asked of it meanwhile.
+// Without that, a key with a generous limit, always fresh, would be
+// forgotten and made again between two of its requests.
 func (e *Engine) Sweep(now int64, perShard int) int {
 	removed := 0
 	for i := range e.shards {
@@ -152,12 +160,43 @@ func (e *Engine) Sweep(now int64, perShard int) int {
 			if !ok || en.has(flagDue|flagContested|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {
 				break
 			}
+			if !e.keepOrphans && sh.usedSince(key, en) {
+				sh.forgetUse(key, en, now) // idle by the next sweep, or used again
+				break
+			}
 			sh.keys.RemoveOldest() // evicted: spend to the orphans
 			removed++
 		}
 		sh.mu.Unlock()
 	}
 	return removed
+}
+
+// usedSince reports whether key (en and its extras) was asked for since its
+// spend was last taken or forgotten. The shard is locked.
+func (sh *shard) usedSince(key string, en *entry) bool {
+	if en.spent != 0 || en.hits != 0 {
+		return true
+	}
+	if en.has(flagExtras) {
+		for _, x := range sh.extras[key] {
+			if x.spent != 0 || x.hits != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forgetUse drops the spend and demand of key that nobody will take. The
+// shard is locked.
+func (sh *shard) forgetUse(key string, en *entry, now int64) {
+	en.spent, en.hits, en.since = 0, 0, tick(now)
+	if en.has(flagExtras) {
+		for _, x := range sh.extras[key] {
+			x.spent, x.hits, x.since = 0, 0, tick(now)
+		}
+	}
 }
 
 // extrasFresh reports whether every extra limit of key is fresh and idle.
