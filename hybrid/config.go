@@ -126,14 +126,17 @@ type Config struct {
 	// keys evicted spent within their refill time number at most MaxKeys
 	// (beyond, the records turning fresh first are forgotten and counted in
 	// Stats().EvictionsForgotten). Zero means 1,048,576. About 200 bytes a
-	// key held, and 32 more for the records once keys are evicted
+	// key held, and 32 more for the records once keys are evicted; under a
+	// flood of new keys evicting as many, about 1.2 times that
 	// (docs/benchmarks.md).
 	MaxKeys int
 	// MaxPending bounds the keys the reconciler keeps counts for: keys
 	// reported recently, and keys with spend Redis has not acknowledged
 	// (through an outage, every key spent on past its report threshold).
 	// Spend beyond it is dropped, counted in Stats and logged once per
-	// round. Zero means 1,048,576; about 150 bytes a key.
+	// round. Zero means 1,048,576; about 150 bytes a key at rest, up to
+	// about 2 KiB while a flood fills it. In Async mode without Ledger,
+	// keys decided alone never wait here.
 	MaxPending int
 	// MaxReports bounds the keys one reconciliation round reports, the most
 	// pressing first (denied and too-heavy requests, leases to renew, spend

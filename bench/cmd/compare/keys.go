@@ -204,6 +204,6 @@ func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
 	}
 	fmt.Fprintf(b, "\n- **degraded** counts our decisions made under the fallback because Redis did not answer within `RedisTimeout` (%v here for our contenders, so that a loaded machine does not send decisions to the fallback). "+
 		"A decision made under the fallback costs Redis nothing, so where more than 1%% were, the row's Redis CPU per decision is not the contender's and is not given as one: the machine could not carry the load that way.\n", m.timeout)
-	fmt.Fprintf(b, "- **closing** is what stopping the nodes cost Redis: ours report then what they admitted on keys they decided alone (their ledgers); the peers have nothing to report.\n")
+	fmt.Fprintf(b, "- **closing** is what stopping the nodes cost Redis: our Async nodes give their shares of contested keys back and leave the fleet (and, with `Config.Ledger`, report what they admitted on keys they decided alone); the peers have nothing to report.\n")
 	fmt.Fprintf(b, "- Our Async contender reconciles every %v here (`-keys-interval`).\n\n", m.interval)
 }
