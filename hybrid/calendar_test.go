@@ -54,6 +54,10 @@ func TestCalendarSync(t *testing.T) {
 	assert.InDelta(t, float64(tomorrowEnd-now.UnixNano()), float64(d.ResetAfter), float64(time.Second),
 		"today's count weighs until tomorrow ends in Sydney")
 
+	// b leaves, and a sees it gone: degraded, a divides by the fleet it saw
+	// (FleetSize 1, or the nodes seen if more).
+	require.NoError(t, b.Close(bg))
+	require.Eventually(t, func() bool { return a.Stats().Reconcile.Nodes == 1 }, 10*time.Second, 5*time.Millisecond)
 	srv.Kill()
 	admitted, sources = count(t, a, "k", lim, 4)
 	assert.Equal(t, 1, admitted, "degraded: a goes on from the 5 of 6 it last saw used")
