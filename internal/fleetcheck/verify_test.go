@@ -26,6 +26,11 @@ var fixedSeeds = []int64{
 	18, // async, slow (+100 ms)/conservative, weighted, several limits, compliant, nodes joining and leaving
 	25, // async, 8 nodes, ActiveWindow 200 ms, stale shares, weighted, the log refused
 	21, // async, pause/conservative, on-off bursts, weighted, several limits, compliant
+	// async, 2 nodes, pause/fail-open, MaxKeys 128, ActiveWindow 300 ms, idle
+	// 1/h keys: a contest restarted once its records were merely quiet for
+	// the active window, while nodes still held their splits (2 admitted
+	// against a bound of 1.5)
+	20261138,
 }
 
 func TestFixedSet(t *testing.T) {

@@ -163,18 +163,24 @@ for i = 1, #KEYS do
       end
     end
 
-    -- A contest whose every record is older than the active window is over:
-    -- its claim expired and every node went back to deciding the key in an
-    -- even split of its own. A report now begins a new contest, in which
-    -- the nodes hold even splits (counted as such until they have processed
-    -- the new claim): the old records, pool and start say nothing of that,
-    -- and taken at their word they would hand the even splits the nodes are
-    -- spending to the first node that reports, as unspent.
+    -- A contest none of whose nodes has reported for longer than its claim
+    -- can live is over: the claim expired (a claim is renewed only along
+    -- with a report, and lives a lease and the limit's refill time after
+    -- that) and every node went back to deciding the key in an even split
+    -- of its own. A report now begins a new contest, in which the nodes
+    -- hold even splits (counted as such until they have processed the new
+    -- claim): the old records, pool and start say nothing of that, and
+    -- taken at their word they would hand the even splits the nodes are
+    -- spending to the first node that reports, as unspent. (Records merely
+    -- quiet for the active window are not enough: a node holding an even
+    -- split or less of an idle key has no reason to report it.)
     local restarted, dropped = false, {}
     if #names > 0 then
+      local refill = kind == 0 and math.ceil(cap / 1000) or 2 * unit
+      local over = lease + refill + active
       restarted = true
       for _, k in ipairs(names) do
-        if now - recs[k][10] <= active then restarted = false break end
+        if now - recs[k][10] <= over then restarted = false break end
       end
     end
     if restarted then
