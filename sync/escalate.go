@@ -89,6 +89,11 @@ func (r *Reconciler) escalateOnce(ctx context.Context, key string, lim limit.Lim
 		r.mu.Lock()
 		r.outbox = append(r.outbox, claims...) // they may not have reached Redis: again next round
 		p.join, p.recall = p.join || sent.join, p.recall || sent.recall
+		// The call may have run in Redis and admitted the request in an
+		// answer this node never got: the next round reports the key, and
+		// Redis, seeing the answer unapplied, takes it out of the ledger
+		// (the pool keeps it spent) and takes back any growth it carried.
+		p.pressure = true
 		p.inflight = false
 		r.mu.Unlock()
 		return Escalation{}, err
