@@ -304,13 +304,13 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (D
 	if l.closed.Load() {
 		return Decision{}, ErrClosed
 	}
-	// The engine canonicalizes the limit itself; Redis's keys need it here.
+	lim = lim.Canonical()
 	switch l.mode {
 	case LocalOnly:
 		res, err := l.engine.AllowN(l.now(), key, lim, n)
 		return Decision{Result: res, Source: Local}, err
 	case Sync:
-		return l.syncAllow(ctx, key, lim.Canonical(), n)
+		return l.syncAllow(ctx, key, lim, n)
 	}
 	if err := asyncSupports(lim); err != nil {
 		return Decision{}, err
@@ -323,7 +323,7 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (D
 	case nil:
 		return Decision{Result: res, Source: Local}, nil
 	case local.ErrEscalate:
-		return l.escalate(ctx, key, lim.Canonical(), n)
+		return l.escalate(ctx, key, lim, n)
 	case local.ErrFaulted:
 		return l.degraded(key, lim, n) // Redis refuses this key: the fallback decides it
 	}

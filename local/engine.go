@@ -102,7 +102,6 @@ type Engine struct {
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
 	fleetSeen  atomic.Int32  // the number of nodes last seen active
 	newKey     atomic.Uint32 // the Share a new key starts with
-	degShare   atomic.Uint32 // the Share every key is decided in while degraded (ShareAmong(Fleet()))
 }
 
 // maxNodes bounds a fleet size the engine divides by.
@@ -599,11 +598,9 @@ func (e *Engine) SetClaimed(claimed func(key string, lim limit.Limit) (Share, bo
 func (e *Engine) SetFleet(fixed, seen int) {
 	e.fleetFixed.Store(int32(min(max(fixed, 0), maxNodes)))
 	e.fleetSeen.Store(int32(min(max(seen, 1), maxNodes)))
-	even := ShareAmong(e.Fleet())
-	e.degShare.Store(uint32(even))
 	s := ShareOne
 	if e.track {
-		s = even
+		s = ShareAmong(e.Fleet())
 	}
 	e.newKey.Store(uint32(s))
 }
@@ -627,10 +624,8 @@ func (e *Engine) Fleet() int {
 	return int(e.fleetSeen.Load())
 }
 
-// degradedShare is the share every key is decided in while degraded: one
-// over the fleet, computed when the fleet changes (SetFleet), not per
-// decision.
-func (e *Engine) degradedShare() Share { return Share(e.degShare.Load()) }
+// degradedShare is the share every key is decided in while degraded.
+func (e *Engine) degradedShare() Share { return ShareAmong(e.Fleet()) }
 
 // DefaultShare is the share a key starts in: one over the fleet with spend
 // tracking on, the whole limit without.
