@@ -483,10 +483,7 @@ func (r *Reconciler) applyShares(reports []remote.ShareReport, sent []sentShare,
 			r.stats.faults.Add(1)
 			r.named1(p.kl.key, "reconcile: this key's limit cannot be reconciled in async mode: it stays in the even split",
 				"key", p.kl.key, "limit", p.kl.lim.String(), "err", a.Err)
-			p.contested, p.joined, p.join, p.recall, p.grant = false, false, false, false, 0
-			delete(r.contested, p.kl)
-			r.dropClaim(p.kl)
-			e.Contest(rnow, p.kl.key, p.kl.lim, false, 0, false)
+			r.uncontest(p.kl, rnow)
 			continue
 		}
 		if a.Err != nil {
@@ -678,16 +675,23 @@ func (r *Reconciler) expireShares() {
 	}
 	r.stats.leases.Store(int64(leases))
 	for _, kl := range r.expiredClaims(rnow - margin) {
-		if p := r.parts[kl]; p != nil {
-			if p.grant > even {
-				continue // still using more than its split: its claim is being renewed
-			}
-			p.contested, p.joined, p.grant, p.join, p.recall = false, false, 0, false, false
-			delete(r.contested, kl)
+		if p := r.parts[kl]; p != nil && p.grant > even {
+			continue // still using more than its split: its claim is being renewed
 		}
-		r.dropClaim(kl)
-		e.Contest(rnow, kl.key, kl.lim, false, 0, false)
+		r.uncontest(kl, rnow)
 	}
+}
+
+// uncontest returns kl to the even split on this node: its part (if any)
+// leaves the contest, its claim is forgotten, and the engine decides it in
+// the fleet's even split again. r.mu is held.
+func (r *Reconciler) uncontest(kl keyLim, rnow int64) {
+	if p := r.parts[kl]; p != nil {
+		p.contested, p.joined, p.grant, p.join, p.recall = false, false, 0, false, false
+		delete(r.contested, kl)
+	}
+	r.dropClaim(kl)
+	r.deps.Engine.Contest(rnow, kl.key, kl.lim, false, 0, false)
 }
 
 // Contested reports whether this node holds (key, lim) as contested.
