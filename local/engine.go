@@ -74,6 +74,10 @@ type Config struct {
 	// needs it; one that needs only pressure does not, and the spend is
 	// forgotten with the key (its state is remembered all the same).
 	KeepOrphans bool
+	// Asks puts the engine in Asks mode (hold.go), Async's share protocol:
+	// a request the node's share cannot admit returns ErrShort instead of
+	// being refused, and no key is due for a report. It needs TrackSpend.
+	Asks bool
 }
 
 // Engine holds the state of many keys. It is safe for concurrent use; the
@@ -97,6 +101,10 @@ type Engine struct {
 	// heavier than the node's share (AllowDegraded).
 	heavyRefused atomic.Uint64
 	zones        limit.Zones // calendar limits' time zones, loaded once
+	// asks is Asks mode; validUntil bounds the time its grants are good for
+	// (SetValidUntil).
+	asks       bool
+	validUntil atomic.Int64
 
 	degraded   atomic.Bool
 	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
@@ -151,7 +159,8 @@ func New(cfg Config) (*Engine, error) {
 	// evicts while the engine has room; the engine's count enforces MaxKeys.
 	perShard := 2*((maxKeys+shards-1)/shards) + 8
 	e := &Engine{seed: maphash.MakeSeed(), mask: uint64(shards - 1), shards: make([]shard, shards),
-		track: cfg.TrackSpend, spendDue: cfg.SpendDue, keepOrphans: cfg.TrackSpend && cfg.KeepOrphans, maxKeys: int64(maxKeys)}
+		track: cfg.TrackSpend, spendDue: cfg.SpendDue, keepOrphans: cfg.TrackSpend && cfg.KeepOrphans, maxKeys: int64(maxKeys),
+		asks: cfg.TrackSpend && cfg.Asks}
 	for i := range e.shards {
 		if err := e.shards[i].init(e, perShard, 2*((maxKeys+shards-1)/shards), &e.zones); err != nil {
 			return nil, fmt.Errorf("local: %w", err)
@@ -222,6 +231,9 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	now = sh.clamp(now)
 	degraded = degraded || e.degraded.Load()
 	if degraded {
+		// A contested key it held nothing of: it decides in the degraded
+		// share from its state as it is, and holds that share from now on.
+		en.clear(flagEmpty)
 		en.setShare(e.degradedShare())
 	} else if !en.has(flagContested) {
 		en.setShare(Share(e.newKey.Load())) // the default share follows the fleet's size
@@ -231,7 +243,15 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 		return res, ErrFaulted
 	}
 	p := en.pol
-	if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
+	if !degraded && e.asks && n > 0 {
+		if !p.lim.Algorithm.IsBucket() && p.lim.Algorithm != limit.SlidingWindowLog {
+			sh.rollWindow(key, en, now)
+		}
+		if e.short(en, p, n, now) {
+			sh.mu.Unlock()
+			return res, ErrShort
+		}
+	} else if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
 		sh.mu.Unlock()
 		return res, ErrEscalate
 	}

@@ -25,6 +25,7 @@ const (
 	flagExtra     = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the LRU
 	flagExtras    = 1 << 5 // the key has extras (set on the LRU's entry)
 	flagContested = 1 << 6 // the key is contested: its share is the reconciler's to set, not the fleet's even split
+	flagEmpty     = 1 << 7 // contested, and this node holds none of it (Asks mode): every request is short
 )
 
 func (en *entry) has(f uint16) bool { return en.flags&f != 0 }

@@ -126,6 +126,9 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 		if g, contested := (*c)(key, lim); contested {
 			x.set(flagContested)
 			x.share = max(g, 1) // the share Redis accounts this node for; none until it grants one
+			if g == 0 && sh.e.asks {
+				x.set(flagEmpty)
+			}
 		}
 	}
 	sh.restore(x, h, sh.now)
@@ -296,8 +299,8 @@ func (sh *shard) rollWindow(key string, en *entry, now int64) int64 {
 // entry on the due list once its spend reaches the report threshold or a
 // request was denied.
 func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, now int64) {
-	if en.spent == 0 && en.hits == 0 {
-		en.since = tick(now)
+	if en.spent == 0 && en.hits == 0 || sh.e.asks {
+		en.since = tick(now) // Asks mode: when it was last asked for
 	}
 	en.hits = satAdd32(en.hits, n)
 	if allowed {
@@ -313,7 +316,7 @@ func (sh *shard) record(key string, en *entry, n int64, allowed, degraded bool, 
 	if degraded {
 		en.set(flagDegraded)
 	}
-	if !en.has(flagDue) && (!allowed || (sh.e.spendDue || en.has(flagContested)) && int64(en.spent) >= reportAt(en)) {
+	if !sh.e.asks && !en.has(flagDue) && (!allowed || (sh.e.spendDue || en.has(flagContested)) && int64(en.spent) >= reportAt(en)) {
 		en.set(flagDue)
 		if len(sh.due) >= 2*sh.keys.Len()+dueKeep {
 			sh.compactDue()

@@ -22,6 +22,7 @@ type Spend struct {
 	Window int64
 	// Since is when the spend and demand began to accumulate (Unix ns, to
 	// the millisecond): Hits over the time since is the node's demand rate.
+	// In Asks mode it is when the key was last asked for instead.
 	Since int64
 	// Pressure reports that a request was denied, or was too heavy for the
 	// node's share, since the last take: the node wants more of the limit.

@@ -1,0 +1,289 @@
+package sharesim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/fleetcheck"
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// Result is what the checks found in one record.
+type Result struct {
+	Scenario *Scenario
+	// Series is how many (key, limit) pairs were held to the bound, and
+	// Windows how many window positions that examined; Compliant how many
+	// decisions of compliant traffic were checked, Refused how many of them
+	// were refused and Late how many waited longer than AskWait.
+	Series, Windows, Compliant, Refused, Late int
+	// Worst is the largest excess over the bound (negative: the closest any
+	// window came).
+	Worst      float64
+	WorstWhat  string
+	Violations []string
+	Ops, Beats int64
+	Decisions  int
+}
+
+// Failed reports whether the run broke a promise.
+func (r *Result) Failed() bool { return len(r.Violations) > 0 }
+
+func (r *Result) violate(format string, args ...any) {
+	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+}
+
+// Summary describes the result, with the seed's replay command.
+func (r *Result) Summary() string {
+	var b strings.Builder
+	verdict := "ok"
+	if r.Failed() {
+		verdict = fmt.Sprintf("FAILED (%d)", len(r.Violations))
+	}
+	fmt.Fprintf(&b, "%v\n  %s: %d series, %d windows, worst %+.1f %s; compliant %d checked, %d refused, %d late; %d decisions, %d ops, %d beats",
+		r.Scenario, verdict, r.Series, r.Windows, r.Worst, r.WorstWhat, r.Compliant, r.Refused, r.Late, r.Decisions, r.Ops, r.Beats)
+	for i, v := range r.Violations {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n  ... and %d more", len(r.Violations)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s", v)
+	}
+	if r.Failed() {
+		fmt.Fprintf(&b, "\n  replay: go test ./internal/sharesim -run TestReplay -seed=%d -v", r.Scenario.Seed)
+	}
+	return b.String()
+}
+
+// span is a stretch of time the promises are relaxed over: a fault or a
+// change of the fleet, and the time the fleet takes to settle after it.
+type span struct {
+	from, to time.Duration
+	wipes    int           // the store lost its data
+	step     time.Duration // a node's clock stepped by this much
+}
+
+// disturbed returns the spans around sc's faults and changes of the fleet,
+// each from shortly before it to when the fleet has settled after it: a few
+// rounds after a node joins, leaves, pauses or its clock steps; after a fault
+// of the store, until the breakers have closed again and what the store lost
+// has been rebuilt (a lease, the active window and the limit's refill); after
+// a node crashes, until the others no longer count it (twice the active
+// window, a node never dividing by fewer than it saw within one).
+func disturbed(sc *Scenario, refill time.Duration) []span {
+	rounds := 3*sc.Interval + callTimeout + sc.AskWait
+	before := 2*sc.Interval + callTimeout
+	store := openFor + sc.ActiveWindow + sc.Lease + refill + rounds
+	var out []span
+	add := func(from, to, settle time.Duration, wipes int, step time.Duration) {
+		out = append(out, span{from: from - before, to: to + settle, wipes: wipes, step: step})
+	}
+	for _, f := range sc.Faults {
+		wipes := 0
+		if f.Kind == Kill || f.Kind == Flush || f.Kind == Evict {
+			wipes = 1
+		}
+		add(f.From, f.To, store, wipes, 0)
+	}
+	for _, n := range sc.Nodes {
+		add(n.Join, n.Join, rounds, 0, 0) // a node joining (the fleet forming, at 0)
+		if n.Leave < sc.Duration {
+			settle := sc.ActiveWindow + rounds // the others divide by as many as they saw
+			if n.Crash {
+				settle = 2*sc.ActiveWindow + sc.Lease + rounds
+			}
+			add(n.Leave, n.Leave, settle, 0, 0)
+		}
+		for _, p := range n.Pauses {
+			add(p.From, p.To, rounds+sc.Lease, 0, 0)
+		}
+		if n.Step != 0 {
+			add(n.StepAt, n.StepAt, rounds, 0, n.Step)
+		}
+	}
+	return out
+}
+
+// Check holds rec to the promises.
+func Check(rec *Record) *Result {
+	sc := rec.Scenario
+	res := &Result{Scenario: sc, Worst: -1e18, Ops: rec.Ops, Beats: rec.Beats, Decisions: len(rec.Decisions)}
+	for _, e := range rec.Errors {
+		res.violate("error: %s", e)
+	}
+	type series struct{ key, li int }
+	by := map[series][]Decision{}
+	for _, d := range rec.Decisions {
+		k := sc.Requests[d.Req].Key
+		by[series{k, d.Limit}] = append(by[series{k, d.Limit}], d)
+	}
+	keys := make([]series, 0, len(by))
+	for s := range by {
+		keys = append(keys, s)
+	}
+	slices.SortFunc(keys, func(a, b series) int {
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		return a.li - b.li
+	})
+	for _, s := range keys {
+		ds := by[s]
+		slices.SortStableFunc(ds, func(a, b Decision) int { return int(a.At - b.At) })
+		res.bound(sc, s.key, s.li, ds)
+		res.compliance(sc, s.key, s.li, ds)
+	}
+	return res
+}
+
+// refillOf is how long lim's whole capacity takes to come back.
+func refillOf(lim limit.Limit) time.Duration {
+	if lim.Algorithm.IsBucket() {
+		return lim.Tolerance()
+	}
+	return 2 * lim.Period
+}
+
+// bound holds one series to the bound over every window length that
+// matters.
+func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
+	key := sc.Keys[k]
+	lim := key.Limits[li]
+	var events []fleetcheck.Event
+	for _, d := range ds {
+		if d.Allowed {
+			events = append(events, fleetcheck.Event{At: d.At, N: d.N})
+		}
+	}
+	if len(events) == 0 {
+		return
+	}
+	r.Series++
+	spans := disturbed(sc, refillOf(lim))
+	n := float64(len(sc.Nodes))
+	c := float64(lim.Capacity())
+	perSecond := float64(lim.Rate) / lim.Period.Seconds()
+	lengths := []time.Duration{sc.Interval, 100 * time.Millisecond, lim.Period, time.Second, refillOf(lim), sc.Duration + drain}
+	slices.Sort(lengths)
+	lengths = slices.Compact(lengths)
+	for _, w := range lengths {
+		exactW := w
+		if !lim.Algorithm.IsBucket() {
+			exactW += 2 * time.Millisecond // window edges on clocks aligned within a round trip
+		}
+		exact := float64(fleetcheck.ExactMax(lim.Algorithm, lim.Rate, lim.Period, lim.Burst, key.Weight, exactW))
+		strict := exact + c*n/65536
+		// Slide a window of length w over the admissions, one start per
+		// admission, and hold each to its bound.
+		j := 0
+		var sum int64
+		for i := range events {
+			if i > 0 {
+				sum -= events[i-1].N
+				if events[i].At == events[i-1].At {
+					continue
+				}
+			}
+			if j < i {
+				j, sum = i, 0
+			}
+			for j < len(events) && events[j].At <= events[i].At+w {
+				sum += events[j].N
+				j++
+			}
+			r.Windows++
+			from, to := events[i].At, events[i].At+w
+			bound := strict
+			for _, sp := range spans {
+				if sp.to >= from && sp.from <= to {
+					bound = max(bound, exact+c*n/65536+c*(n-1)/n+perSecond*(1.1*sc.Interval.Seconds()+0.01)/n+
+						c*float64(sp.wipes)+perSecond*abs(sp.step).Seconds())
+				}
+			}
+			// Nodes deciding degraded on a stale count, and wipes, add up
+			// over a window that holds several spans.
+			wipes := 0
+			for _, sp := range spans {
+				if sp.to >= from && sp.from <= to {
+					wipes += sp.wipes
+				}
+			}
+			if wipes > 1 {
+				bound += c * float64(wipes-1)
+			}
+			excess := float64(sum) - bound
+			if excess > r.Worst {
+				r.Worst = excess
+				r.WorstWhat = fmt.Sprintf("(%s [%v] %v: %d admitted in %v at %v, bound %.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound)
+			}
+			if excess > 0 {
+				r.violate("bound: %s [%v] (%v): %d admitted within %v from %v, bound %.1f (%+.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound, excess)
+				return
+			}
+		}
+	}
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// compliance checks that traffic an exact limiter admits whole is admitted
+// whole, each request within AskWait, wherever it lands, outside the spans
+// around faults and changes of the fleet.
+func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
+	key := sc.Keys[k]
+	lim := key.Limits[li]
+	// The traffic as sent, in send order.
+	sent := slices.Clone(ds)
+	slices.SortStableFunc(sent, func(a, b Decision) int {
+		if a.Sent != b.Sent {
+			return int(a.Sent - b.Sent)
+		}
+		return a.Req - b.Req
+	})
+	reqs := make([]fleetcheck.Timed, len(sent))
+	for i, d := range sent {
+		reqs[i] = fleetcheck.Timed{Unix: base + int64(d.Sent), N: d.N}
+	}
+	if ok, _, _ := fleetcheck.Conforms(lim, 1, reqs); !ok {
+		return
+	}
+	spans := disturbed(sc, refillOf(lim))
+	refused, late := 0, 0
+	first := ""
+	for _, d := range sent {
+		quiet := true
+		for _, sp := range spans {
+			if d.Sent >= sp.from && d.Sent <= sp.to {
+				quiet = false
+				break
+			}
+		}
+		if !quiet {
+			continue
+		}
+		r.Compliant++
+		switch {
+		case !d.Allowed:
+			refused++
+		case d.At-d.Sent > sc.AskWait+time.Millisecond:
+			late++
+		default:
+			continue
+		}
+		if first == "" {
+			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %d)", d.Node, d.Sent.Round(time.Millisecond), map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.Sent, d.Source)
+		}
+	}
+	r.Refused += refused
+	r.Late += late
+	if refused > 0 || late > 0 {
+		r.violate("compliance: %s [%v] (%v, fraction %.2f, weight %d): %d refused, %d waited past AskWait, of %d; first: %s",
+			key.Name, lim, key.Routing, key.Fraction, key.Weight, refused, late, len(sent), first)
+	}
+}

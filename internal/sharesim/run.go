@@ -1,0 +1,612 @@
+package sharesim
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"log/slog"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/reconcile"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// base is the Unix time the simulated store's clock starts at.
+const base = int64(1_800_000_000_000_000_000)
+
+// Timing of the simulated network and breaker.
+const (
+	callTimeout    = 100 * time.Millisecond
+	openFor        = time.Second
+	failuresToOpen = 3
+	drain          = 3 * time.Second // after the traffic, until quiescence
+)
+
+// Source is where a decision was made.
+type Source uint8
+
+// The sources.
+const (
+	Local    Source = iota // in the node's share, from memory
+	Remote                 // after asking the store (admitted after a wait, or refused by its answer)
+	Degraded               // under the fallback: the store out of reach
+)
+
+// Decision is one request decided under one of its key's limits.
+type Decision struct {
+	Req     int // index in Scenario.Requests
+	Limit   int // index in the key's Limits
+	Node    int
+	Sent    time.Duration // when the request arrived
+	At      time.Duration // when it was decided
+	N       int64
+	Allowed bool
+	Source  Source
+}
+
+// Record is what a run produced.
+type Record struct {
+	Scenario  *Scenario
+	Decisions []Decision
+	// Ops and Beats count the calls the store answered; OpsByKind the ops
+	// by what they carried.
+	Ops, Beats int64
+	// Stats is each node's protocol counters at the end.
+	Stats []reconcile.SharesStats
+	// Errors are unexpected errors of a decision.
+	Errors []string
+}
+
+// event is something that happens at a time.
+type event struct {
+	at  time.Duration
+	seq int64
+	fn  func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// sim is one run in progress.
+type sim struct {
+	sc    *Scenario
+	rng   *rand.Rand
+	now   time.Duration
+	q     queue
+	seq   int64
+	store *storemodel.Model
+	nodes []*node
+	rec   *Record
+	// The store's faults as of now.
+	down, paused bool
+	latency      time.Duration
+	held         []func() // calls held while the store is paused
+}
+
+// Run plays sc and returns its record.
+func Run(sc *Scenario) *Record {
+	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)),
+		store: storemodel.New(share.Duration(sc.ActiveWindow)), rec: &Record{Scenario: sc}}
+	for i := range sc.Nodes {
+		s.nodes = append(s.nodes, &node{s: s, idx: i, id: fmt.Sprintf("n%d", i), spec: sc.Nodes[i]})
+		nd := s.nodes[i]
+		s.at(sc.Nodes[i].Join, nd.start)
+		if sc.Nodes[i].Leave < sc.Duration {
+			s.at(sc.Nodes[i].Leave, nd.stop)
+		}
+		for _, p := range sc.Nodes[i].Pauses {
+			s.at(p.From, func() { nd.pausedUntil = p.To })
+			s.at(p.To, nd.resume)
+		}
+	}
+	for _, f := range sc.Faults {
+		s.fault(f)
+	}
+	for i := range sc.Requests {
+		r := &sc.Requests[i]
+		s.at(r.At, func() { s.nodes[r.Node].request(i) })
+	}
+	s.at(sc.Duration+drain, func() {
+		for _, nd := range s.nodes {
+			if nd.up {
+				nd.stop()
+			}
+		}
+	})
+	for s.q.Len() > 0 {
+		e := heap.Pop(&s.q).(*event)
+		s.now = e.at
+		e.fn()
+	}
+	for _, nd := range s.nodes {
+		if nd.sh != nil {
+			s.rec.Stats = append(s.rec.Stats, nd.sh.Stats())
+		}
+	}
+	return s.rec
+}
+
+// at schedules fn at t.
+func (s *sim) at(t time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.q, &event{at: max(t, s.now), seq: s.seq, fn: fn})
+}
+
+// fault schedules f.
+func (s *sim) fault(f Fault) {
+	switch f.Kind {
+	case Kill:
+		s.at(f.From, func() { s.down = true })
+		s.at(f.To, func() { s.down = false; s.store.Restart() })
+	case Pause:
+		s.at(f.From, func() { s.paused = true })
+		s.at(f.To, func() {
+			s.paused = false
+			held := s.held
+			s.held = nil
+			for _, fn := range held {
+				fn()
+			}
+		})
+	case Slow:
+		s.at(f.From, func() { s.latency = f.Latency })
+		s.at(f.To, func() { s.latency = 0 })
+	case Flush:
+		s.at(f.From, func() { s.store.Restart() })
+	case Evict:
+		s.at(f.From, func() {
+			k := s.sc.Keys[f.Key%len(s.sc.Keys)]
+			for _, l := range k.Limits {
+				s.store.Delete(k.Name, l)
+			}
+		})
+	case Partition:
+		nd := s.nodes[f.Node]
+		s.at(f.From, func() { nd.cut = true })
+		s.at(f.To, func() { nd.cut = false })
+	}
+}
+
+// hop is one way's delay of a call.
+func (s *sim) hop() time.Duration {
+	d := time.Duration(100+s.rng.IntN(400)) * time.Microsecond
+	if s.rng.IntN(100) == 0 {
+		d += time.Duration(s.rng.IntN(5)) * time.Millisecond
+	}
+	return d + s.latency
+}
+
+// storeNow is the store's clock (µs).
+func (s *sim) storeNow() int64 { return share.Micros(base + int64(s.now)) }
+
+// call sends run to the store from nd: the reply (or the failure) comes
+// back through done, at most callTimeout after it was sent. run executes at
+// the store, atomically, when the call arrives (or when a paused store
+// resumes).
+func (s *sim) call(nd *node, run func(now int64) any, done func(reply any, err error)) {
+	finished := false
+	finish := func(reply any, err error) {
+		if finished {
+			return
+		}
+		finished = true
+		done(reply, err)
+	}
+	if nd.cut {
+		s.at(s.now+callTimeout, func() { finish(nil, errTimeout) })
+		return
+	}
+	s.at(s.now+s.hop(), func() {
+		exec := func() {
+			if s.down {
+				s.at(s.now+s.hop(), func() { finish(nil, errRefused) })
+				return
+			}
+			reply := run(s.storeNow())
+			s.at(s.now+s.hop(), func() { finish(reply, nil) })
+		}
+		if s.paused {
+			s.held = append(s.held, exec)
+			return
+		}
+		exec()
+	})
+	s.at(s.now+callTimeout, func() { finish(nil, errTimeout) })
+}
+
+var (
+	errTimeout = errors.New("sim: call timed out")
+	errRefused = errors.New("sim: connection refused")
+	errOpen    = errors.New("sim: breaker open")
+)
+
+// quiet is a logger that drops everything.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// node is one simulated node.
+type node struct {
+	s    *sim
+	idx  int
+	id   string
+	spec Node
+	eng  *local.Engine
+	sh   *reconcile.Shares
+	off  *clock.Offset
+
+	up          bool
+	ready       bool // its first heartbeat succeeded
+	cut         bool // partitioned from the store
+	pausedUntil time.Duration
+	parked      []func() // what arrived while paused
+	unready     []func() // requests that arrived before its first heartbeat
+
+	beating, beatAgain          bool
+	sending, sendAgain          bool
+	roundAt                     time.Duration // the next round scheduled
+	tickAt                      time.Duration // the next tick scheduled (0: none)
+
+	// The breaker.
+	failures int
+	open     bool
+	openTill time.Duration
+	probing  bool
+}
+
+// local is the node's own clock (Unix ns).
+func (nd *node) local() time.Time {
+	t := base + int64(nd.s.now) + int64(nd.spec.Skew)
+	if nd.spec.Step != 0 && nd.s.now >= nd.spec.StepAt {
+		t += int64(nd.spec.Step)
+	}
+	return time.Unix(0, t)
+}
+
+// mapped is the node's estimate of the store's clock (ns).
+func (nd *node) mapped() int64 { return nd.off.Map(nd.local()) }
+
+// gate runs fn now, or when the node resumes if it is paused; not at all if
+// the node is down.
+func (nd *node) gate(fn func()) {
+	if !nd.up {
+		return
+	}
+	if nd.s.now < nd.pausedUntil {
+		nd.parked = append(nd.parked, fn)
+		return
+	}
+	fn()
+}
+
+func (nd *node) resume() {
+	parked := nd.parked
+	nd.parked = nil
+	for _, fn := range parked {
+		nd.gate(fn)
+	}
+}
+
+func (nd *node) start() {
+	sc := nd.s.sc
+	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+	if err != nil {
+		panic(err)
+	}
+	nd.eng = eng
+	nd.off = clock.NewOffset(nd.local())
+	nd.sh = reconcile.NewShares(reconcile.SharesConfig{Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
+		ActiveWindow: sc.ActiveWindow, FleetSize: sc.FleetSize, Logger: quiet}, eng)
+	nd.sh.SetWake(func(w reconcile.Wake) {
+		if w == reconcile.WakeBeat {
+			nd.s.at(nd.s.now, func() { nd.gate(nd.beat) })
+			return
+		}
+		nd.s.at(nd.s.now, func() { nd.gate(nd.send) })
+	})
+	nd.up = true
+	nd.round()
+}
+
+// stop closes the node (or crashes it: it just stops).
+func (nd *node) stop() {
+	if !nd.up {
+		return
+	}
+	if nd.spec.Crash && nd.s.now < nd.s.sc.Duration {
+		nd.up = false
+		return
+	}
+	nd.sh.Leave()
+	nd.send()
+	// Then the beat that leaves the fleet; the node is gone after.
+	nd.s.at(nd.s.now+callTimeout+time.Millisecond, func() {
+		if nd.open || nd.cut {
+			nd.up = false
+			return
+		}
+		nd.s.call(nd, func(now int64) any {
+			return nd.s.store.Beat(now, nd.id, share.Beat{Leave: true})
+		}, func(any, error) {})
+		nd.up = false
+	})
+}
+
+// round is the node's round: tick, heartbeat, then its ops.
+func (nd *node) round() {
+	if !nd.up {
+		return
+	}
+	s := nd.s
+	nd.gate(func() {
+		nd.tick()
+		nd.beat()
+	})
+	jitter := time.Duration((s.rng.Float64()*0.2 - 0.1) * float64(s.sc.Interval))
+	nd.roundAt = s.now + s.sc.Interval + jitter
+	s.at(nd.roundAt, nd.round)
+}
+
+// tick runs the protocol's timers and schedules the next.
+func (nd *node) tick() {
+	next := nd.sh.Tick(nd.mapped())
+	at := nd.s.now + time.Duration(next-nd.mapped())
+	if at > nd.s.now && (nd.tickAt <= nd.s.now || at < nd.tickAt) && at < nd.roundAt {
+		nd.tickAt = at
+		nd.s.at(at, func() {
+			if nd.tickAt == at {
+				nd.tickAt = 0
+				nd.gate(func() { nd.tick(); nd.send() })
+			}
+		})
+	}
+}
+
+// allow is the breaker's verdict on a call now: false when open.
+func (nd *node) allow() bool {
+	if !nd.open {
+		return true
+	}
+	if nd.s.now < nd.openTill || nd.probing {
+		return false
+	}
+	nd.probing = true
+	return true
+}
+
+// result feeds a call's outcome to the breaker; the engine is degraded
+// while it is not closed.
+func (nd *node) result(err error) {
+	switch {
+	case err == nil:
+		nd.failures, nd.open, nd.probing = 0, false, false
+	case nd.open:
+		nd.probing, nd.openTill = false, nd.s.now+openFor
+	default:
+		nd.failures++
+		if nd.failures >= failuresToOpen {
+			nd.open, nd.openTill = true, nd.s.now+openFor
+		}
+	}
+	nd.eng.SetDegraded(nd.open)
+}
+
+// beat sends the heartbeat.
+func (nd *node) beat() {
+	if nd.beating {
+		nd.beatAgain = true
+		return
+	}
+	if !nd.allow() {
+		return
+	}
+	mapped := nd.mapped()
+	b := nd.sh.NextBeat(mapped)
+	if b == nil {
+		return
+	}
+	nd.beating = true
+	sent := nd.local()
+	nd.s.call(nd, func(now int64) any { r := nd.s.store.Beat(now, nd.id, *b); return &r }, func(reply any, err error) {
+		nd.beating = false
+		if !nd.up {
+			return
+		}
+		nd.result(err)
+		var r *share.BeatReply
+		if err == nil {
+			r = reply.(*share.BeatReply)
+			nd.off.Observe(sent, time.Unix(0, share.Nanos(r.Now)), nd.local())
+			nd.s.rec.Beats++
+		}
+		nd.gate(func() {
+			nd.sh.BeatDone(b, r, err, nd.mapped())
+			if err == nil && !nd.ready {
+				nd.ready = true
+				for _, fn := range nd.unready {
+					fn()
+				}
+				nd.unready = nil
+			}
+			nd.tick()
+			nd.send()
+			if err == nil && (r.More || nd.beatAgain) {
+				nd.beatAgain = false
+				nd.beat()
+			}
+		})
+	})
+}
+
+// send sends the ops ready, if no call of ops is in flight (else after it).
+func (nd *node) send() {
+	if !nd.up {
+		return
+	}
+	if nd.sending {
+		nd.sendAgain = true
+		return
+	}
+	mapped := nd.mapped()
+	ops := nd.sh.NextOps(mapped, 0)
+	if len(ops) == 0 {
+		return
+	}
+	if !nd.allow() {
+		nd.sh.OpsDone(ops, nil, errOpen, true, mapped)
+		return
+	}
+	nd.sending = true
+	set := nd.sh.Settings()
+	nd.s.call(nd, func(now int64) any {
+		replies := make([]share.Reply, len(ops))
+		for i, op := range ops {
+			replies[i] = nd.s.store.Op(now, nd.id, set, op)
+		}
+		nd.s.rec.Ops += int64(len(ops))
+		return replies
+	}, func(reply any, err error) {
+		nd.sending = false
+		if !nd.up {
+			return
+		}
+		nd.result(err)
+		var replies []share.Reply
+		if err == nil {
+			replies = reply.([]share.Reply)
+		}
+		nd.gate(func() {
+			nd.sh.OpsDone(ops, replies, err, nd.open, nd.mapped())
+			nd.tick()
+			if nd.sendAgain || err == nil {
+				nd.sendAgain = false
+				nd.send()
+			}
+		})
+	})
+}
+
+// request decides request i under each of its key's limits.
+func (nd *node) request(i int) {
+	sent := nd.s.now
+	var decideAll func()
+	decideAll = func() {
+		if !nd.ready {
+			nd.unready = append(nd.unready, decideAll)
+			return
+		}
+		req := nd.s.sc.Requests[i]
+		key := nd.s.sc.Keys[req.Key]
+		for li, lim := range key.Limits {
+			d := &pending{nd: nd, req: i, li: li, key: key.Name, lim: lim, n: req.N, sent: sent}
+			d.decide()
+		}
+	}
+	nd.gate(decideAll)
+}
+
+// pending is one decision in progress.
+type pending struct {
+	nd       *node
+	req, li  int
+	key      string
+	lim      limit.Limit
+	n        int64
+	sent     time.Duration
+	deadline int64 // mapped ns: when it stops waiting
+}
+
+func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s.now) }
+
+// doneAt records d decided at at (the store's time, for a request the
+// store admitted itself).
+func (d *pending) doneAt(allowed bool, src Source, at time.Duration) {
+	nd := d.nd
+	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent, At: at,
+		N: d.n, Allowed: allowed, Source: src})
+}
+
+// decide decides d as the hybrid limiter's Async path does.
+func (d *pending) decide() {
+	nd := d.nd
+	now := nd.mapped()
+	if nd.open {
+		d.degraded(now)
+		return
+	}
+	res, err := nd.eng.AllowN(now, d.key, d.lim, d.n)
+	switch {
+	case err == nil:
+		d.done(res.Allowed, Local)
+		return
+	case errors.Is(err, local.ErrFaulted):
+		d.degraded(now)
+		return
+	case !errors.Is(err, local.ErrShort):
+		nd.s.rec.Errors = append(nd.s.rec.Errors, fmt.Sprintf("node %d %s [%v]: %v", nd.idx, d.key, d.lim, err))
+		return
+	}
+	if d.deadline == 0 {
+		d.deadline = now + int64(nd.s.sc.AskWait)
+	}
+	_, refuse, _ := nd.sh.Short(now, d.key, d.lim, d.n, d.deadline, func(w *reconcile.Waiter) {
+		// Told under the protocol's lock: picked up as an event at once.
+		nd.s.at(nd.s.now, func() { nd.gate(func() { d.resume(w) }) })
+	})
+	if refuse {
+		_, _ = nd.eng.Refuse(now, d.key, d.lim, d.n)
+		d.done(false, Remote)
+	}
+}
+
+// resume continues d once w has its verdict.
+func (d *pending) resume(w *reconcile.Waiter) {
+	nd := d.nd
+	v, at := w.Verdict()
+	now := nd.mapped()
+	switch v {
+	case reconcile.Retry:
+		if now >= d.deadline {
+			_, _ = nd.eng.Refuse(now, d.key, d.lim, d.n)
+			d.done(false, Remote)
+			return
+		}
+		d.decide()
+	case reconcile.Unreachable:
+		d.degraded(now)
+	case reconcile.Admitted:
+		d.doneAt(true, Remote, time.Duration(at-base))
+	default:
+		_, _ = nd.eng.Refuse(now, d.key, d.lim, d.n)
+		d.done(false, Remote)
+	}
+}
+
+// degraded decides d under the Conservative fallback.
+func (d *pending) degraded(now int64) {
+	res, err := d.nd.eng.AllowDegraded(now, d.key, d.lim, d.n)
+	if err != nil {
+		d.nd.s.rec.Errors = append(d.nd.s.rec.Errors, fmt.Sprintf("node %d %s [%v] degraded: %v", d.nd.idx, d.key, d.lim, err))
+		return
+	}
+	d.done(res.Allowed, Degraded)
+}

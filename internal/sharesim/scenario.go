@@ -1,0 +1,483 @@
+// Package sharesim runs a fleet of Async nodes against a model of the store
+// on simulated time: every node's clock, the store's TIME, each round trip's
+// delay and every fault follow from one seed, so a scenario replays exactly,
+// and thousands run in a minute. The nodes are the real thing (the local
+// engine and the reconciler's share protocol, package reconcile); the store
+// is internal/storemodel, which a conformance test holds to the real
+// scripts on a real redis-server.
+//
+// Generate draws a scenario from a seed: a fleet, its faults, and keys
+// whose traffic takes every routing a rate limiter meets (one client pinned
+// to one node, round robin, demand that hops from node to node, bursts, slow
+// clients, weights up to the burst, several limits on one key, bursts
+// smaller than the fleet, floods of new keys, abusers). Run plays it; Check
+// holds the record to both sides of the promise: never more than the bound
+// over any window, and nothing refused that an exact limiter would admit,
+// each request within AskWait.
+package sharesim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// Scenario is one run, drawn from Seed by Generate: the same seed gives the
+// same scenario, and the same run.
+type Scenario struct {
+	Seed         int64
+	Interval     time.Duration // Config.SyncInterval
+	AskWait      time.Duration
+	Lease        time.Duration
+	ActiveWindow time.Duration
+	FleetSize    int
+	Duration     time.Duration // the traffic's span
+	Nodes        []Node
+	Faults       []Fault
+	Keys         []Key
+	Requests     []Request // in time order
+}
+
+// Node is one node's life: made at Join (its first heartbeat must succeed
+// before it decides), closed at Leave (Crash: it stops without closing),
+// paused (a stopped process) over each of Pauses, and its clock Skew ahead
+// of the store's (stepping by Step at StepAt, if Step is not zero).
+type Node struct {
+	Join, Leave time.Duration
+	Crash       bool
+	Pauses      []Span
+	Skew        time.Duration
+	StepAt      time.Duration
+	Step        time.Duration
+}
+
+// Span is a stretch of the scenario.
+type Span struct{ From, To time.Duration }
+
+// FaultKind is what happens.
+type FaultKind int
+
+// The faults.
+const (
+	Kill      FaultKind = iota // the store stops answering (connections refused), and restarts empty at To
+	Pause                      // the store holds every call from From to To, then runs them
+	Slow                       // every call takes Latency longer each way
+	Flush                      // at From the store loses every key (FLUSHALL), and answers on
+	Evict                      // at From the store loses one contested key's state (Key)
+	Partition                  // Node cannot reach the store from From to To
+)
+
+var faultNames = [...]string{"kill", "pause", "slow", "flush", "evict", "partition"}
+
+func (k FaultKind) String() string { return faultNames[k] }
+
+// Fault is one fault.
+type Fault struct {
+	Kind     FaultKind
+	From, To time.Duration
+	Latency  time.Duration // Slow
+	Node     int           // Partition
+	Key      int           // Evict
+}
+
+// Routing is how a key's traffic reaches the nodes.
+type Routing int
+
+// The routings.
+const (
+	Sticky     Routing = iota // one client pinned to one node (gRPC, Envoy, consistent hashing)
+	RoundRobin                // each request to the next node
+	Random                    // each request to a node drawn at random
+	Hopping                   // all on one node, moving to the next every Hop
+	Bursts                    // bursts, each on a node drawn at random
+	SlowClient                // a request now and then, on one node
+	Abuser                    // far over the limit, spread
+	Flood                     // one of many new keys, each touched a few times
+)
+
+var routingNames = [...]string{"sticky", "round-robin", "random", "hopping", "bursts", "slow-client", "abuser", "flood"}
+
+func (r Routing) String() string { return routingNames[r] }
+
+// Key is one client key: the limits each request is decided under (each
+// separately, as a rules engine does) and how its traffic is routed.
+type Key struct {
+	Name    string
+	Limits  []limit.Limit
+	Routing Routing
+	// Fraction is the share of the tightest limit the traffic aims at
+	// (above 1: an abuser); Weight the heaviest request.
+	Fraction float64
+	Weight   int64
+}
+
+// Request is one request offered.
+type Request struct {
+	At   time.Duration
+	Node int
+	Key  int
+	N    int64
+}
+
+// Generate draws a scenario from seed.
+func Generate(seed int64) *Scenario {
+	g := &gen{rng: rand.New(rand.NewPCG(uint64(seed), 0x5a7e5)), sc: &Scenario{Seed: seed}}
+	g.fleet()
+	g.faults()
+	g.keys()
+	slices.SortStableFunc(g.sc.Requests, func(a, b Request) int {
+		switch {
+		case a.At < b.At:
+			return -1
+		case a.At > b.At:
+			return 1
+		}
+		return 0
+	})
+	return g.sc
+}
+
+type gen struct {
+	rng *rand.Rand
+	sc  *Scenario
+}
+
+func (g *gen) pick(xs ...int) int { return xs[g.rng.IntN(len(xs))] }
+
+func (g *gen) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(g.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (g *gen) chance(pct int) bool { return g.rng.IntN(100) < pct }
+
+func (g *gen) fleet() {
+	sc, r := g.sc, g.rng
+	sc.Interval = time.Duration(g.pick(5, 10, 20, 20, 20, 50)) * time.Millisecond
+	sc.AskWait = 2 * sc.Interval
+	sc.Lease = max(50*sc.Interval, time.Second)
+	sc.ActiveWindow = max(50*sc.Interval, time.Second)
+	if g.chance(20) {
+		sc.Lease = time.Duration(g.pick(10, 20)) * sc.Interval
+	}
+	sc.Duration = g.between(2*time.Second, 5*time.Second).Round(100 * time.Millisecond)
+	n := 1 + r.IntN(8)
+	if g.chance(15) {
+		sc.FleetSize = n
+	}
+	sc.Nodes = make([]Node, n)
+	for i := range sc.Nodes {
+		nd := &sc.Nodes[i]
+		nd.Leave = sc.Duration
+		nd.Skew = time.Duration(r.IntN(101)-50) * time.Millisecond
+		if g.chance(5) {
+			nd.StepAt = g.between(sc.Duration/4, sc.Duration*3/4)
+			nd.Step = time.Duration(g.pick(-300, -50, 50, 300)) * time.Millisecond
+		}
+	}
+	// Nodes joining, leaving, crashing, pausing: node 0 stays, so every
+	// routing has somewhere to go.
+	if n >= 2 && g.chance(30) {
+		for _, i := range r.Perm(n)[:1+r.IntN(min(2, n-1))] {
+			if i == 0 {
+				continue
+			}
+			nd := &sc.Nodes[i]
+			switch r.IntN(4) {
+			case 0:
+				nd.Join = g.between(sc.Duration/5, sc.Duration/2).Round(time.Millisecond)
+			case 1:
+				nd.Leave = g.between(sc.Duration/3, sc.Duration*4/5).Round(time.Millisecond)
+			case 2:
+				nd.Leave = g.between(sc.Duration/3, sc.Duration*4/5).Round(time.Millisecond)
+				nd.Crash = true
+			case 3:
+				from := g.between(sc.Duration/5, sc.Duration/2).Round(time.Millisecond)
+				long := time.Duration(g.pick(50, 300, 1500)) * time.Millisecond
+				nd.Pauses = append(nd.Pauses, Span{from, from + long})
+			}
+		}
+	}
+}
+
+func (g *gen) faults() {
+	sc, r := g.sc, g.rng
+	if !g.chance(45) {
+		return
+	}
+	count := 1
+	if g.chance(20) {
+		count = 2
+	}
+	at := g.between(sc.Duration/5, sc.Duration/3).Round(10 * time.Millisecond)
+	for range count {
+		f := Fault{Kind: FaultKind(r.IntN(6)), From: at}
+		f.To = at + g.between(200*time.Millisecond, 900*time.Millisecond).Round(10*time.Millisecond)
+		switch f.Kind {
+		case Slow:
+			f.Latency = time.Duration(g.pick(5, 20, 100)) * time.Millisecond
+		case Flush, Evict:
+			f.To = f.From
+		case Partition:
+			f.Node = r.IntN(len(sc.Nodes))
+		}
+		sc.Faults = append(sc.Faults, f)
+		at = f.To + g.between(50*time.Millisecond, 600*time.Millisecond).Round(10*time.Millisecond)
+		if at > sc.Duration*3/4 {
+			break
+		}
+	}
+}
+
+// present reports whether node i is up at at.
+func (sc *Scenario) present(i int, at time.Duration) bool {
+	nd := sc.Nodes[i]
+	return at >= nd.Join && at < nd.Leave
+}
+
+// up returns the nodes up at at.
+func (sc *Scenario) up(at time.Duration) []int {
+	var out []int
+	for i := range sc.Nodes {
+		if sc.present(i, at) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (g *gen) algorithm() limit.Algorithm {
+	switch x := g.rng.IntN(100); {
+	case x < 60:
+		return limit.TokenBucket
+	case x < 70:
+		return limit.LeakyBucket
+	case x < 85:
+		return limit.FixedWindow
+	}
+	return limit.SlidingWindowCounter
+}
+
+// limitOf draws a limit of algorithm a.
+func (g *gen) limitOf(a limit.Algorithm) limit.Limit {
+	r := g.rng
+	rates := []int64{1, 2, 3, 5, 10, 20, 50, 100, 300, 1000}
+	rate := rates[r.IntN(len(rates))]
+	period := time.Second
+	switch r.IntN(6) {
+	case 0:
+		period = 100 * time.Millisecond
+	case 1:
+		period = 10 * time.Second
+	}
+	lim := limit.Limit{Rate: rate, Period: period, Algorithm: a}
+	if a == limit.TokenBucket && g.chance(50) {
+		lim.Burst = max(1, int64(float64(rate)*[]float64{0.1, 0.5, 2}[r.IntN(3)]))
+	}
+	// Keep every key's decisions within what a run can hold.
+	for perSecond(lim) > 2000 {
+		lim.Period *= 2
+	}
+	return lim.Canonical()
+}
+
+func perSecond(l limit.Limit) float64 { return float64(l.Rate) / l.Period.Seconds() }
+
+func (g *gen) keys() {
+	count := 1 + g.rng.IntN(5)
+	for k := range count {
+		g.key(fmt.Sprintf("k%d", k))
+	}
+	if g.chance(15) {
+		g.flood()
+	}
+}
+
+// key adds one key and its traffic.
+func (g *gen) key(name string) {
+	sc, r := g.sc, g.rng
+	a := g.algorithm()
+	k := Key{Name: name, Limits: []limit.Limit{g.limitOf(a)}, Routing: Routing(r.IntN(7)), Weight: 1}
+	if g.chance(15) {
+		// Several limits on one key: a per-second one and a longer one.
+		l2 := g.limitOf(g.algorithm())
+		l2.Period *= 10
+		l2.Rate = max(l2.Rate, k.Limits[0].Rate*5)
+		k.Limits = append(k.Limits, l2.Canonical())
+	}
+	tight := k.Limits[0]
+	for _, l := range k.Limits[1:] {
+		if perSecond(l) < perSecond(tight) {
+			tight = l
+		}
+	}
+	least := tight.Capacity()
+	for _, l := range k.Limits {
+		least = min(least, l.Capacity())
+	}
+	if g.chance(20) && least > 1 {
+		k.Weight = 1 + r.Int64N(least)
+	}
+	switch k.Routing {
+	case Abuser:
+		k.Fraction = 1.5 + 3*r.Float64()
+	default:
+		k.Fraction = []float64{0.3, 0.5, 0.8, 0.95, 1}[r.IntN(5)]
+	}
+	idx := len(sc.Keys)
+	sc.Keys = append(sc.Keys, k)
+	g.traffic(idx, tight)
+}
+
+// traffic draws key idx's requests, aimed at fraction of limit tight.
+func (g *gen) traffic(idx int, tight limit.Limit) {
+	sc, r := g.sc, g.rng
+	k := &sc.Keys[idx]
+	rate := k.Fraction * perSecond(tight) / float64(max(k.Weight, 1))
+	rate = math.Min(rate, 1500)
+	from := g.between(0, sc.Duration/5)
+	to := sc.Duration - g.between(0, sc.Duration/10)
+	home := g.home(from)
+	emit := func(at time.Duration, node int) {
+		if at < 0 || at >= sc.Duration || !sc.present(node, at) {
+			return
+		}
+		n := k.Weight
+		if n > 1 && g.chance(50) {
+			n = 1 + r.Int64N(n)
+		}
+		sc.Requests = append(sc.Requests, Request{At: at, Node: node, Key: idx, N: n})
+	}
+	step := func(rate float64) time.Duration { return time.Duration(float64(time.Second) / math.Max(rate, 1e-3)) }
+	switch k.Routing {
+	case Sticky:
+		// A client pinned to one node: a burst of the whole capacity now and
+		// then, paced traffic in between.
+		burst := tight.Capacity() / max(k.Weight, 1)
+		refill := time.Duration(float64(tight.Capacity()) / perSecond(tight) * float64(time.Second))
+		for at := from; at < to; {
+			if g.chance(40) {
+				for range burst {
+					emit(at, home)
+				}
+				at += max(refill+refill/4, sc.Interval) + time.Millisecond
+				continue
+			}
+			emit(at, home)
+			at += step(rate)
+		}
+	case RoundRobin:
+		up := sc.up(from)
+		i := 0
+		for at := from; at < to; at += step(rate) {
+			up = sc.up(at)
+			if len(up) == 0 {
+				continue
+			}
+			emit(at, up[i%len(up)])
+			i++
+		}
+	case Random, Abuser:
+		for at := from; at < to; {
+			up := sc.up(at)
+			if len(up) > 0 {
+				emit(at, up[r.IntN(len(up))])
+			}
+			gap := time.Duration(r.ExpFloat64() * float64(step(rate)))
+			if k.Routing == Random {
+				gap = step(rate) // paced: compliant when the fraction is
+			}
+			at += max(gap, time.Microsecond)
+		}
+	case Hopping:
+		hop := time.Duration(g.pick(100, 200, 500)) * time.Millisecond
+		for at := from; at < to; at += step(rate) {
+			up := sc.up(at)
+			if len(up) == 0 {
+				continue
+			}
+			emit(at, up[int(at/hop)%len(up)])
+		}
+	case Bursts:
+		burst := max(1, int64(float64(tight.Capacity())*k.Fraction)/max(k.Weight, 1))
+		refill := time.Duration(float64(tight.Capacity()) / perSecond(tight) * float64(time.Second))
+		for at := from; at < to; at += max(refill+refill/4, 2*sc.Interval) + time.Millisecond {
+			up := sc.up(at)
+			if len(up) == 0 {
+				continue
+			}
+			node := up[r.IntN(len(up))]
+			for range burst {
+				emit(at, node)
+			}
+		}
+	case SlowClient:
+		gap := max(step(perSecond(tight)*k.Fraction/2), 200*time.Millisecond)
+		for at := from; at < to; at += gap {
+			emit(at, home)
+		}
+	}
+}
+
+// home is a node up at at, for a client pinned to it.
+func (g *gen) home(at time.Duration) int {
+	up := g.sc.up(at)
+	if len(up) == 0 {
+		return 0
+	}
+	return up[g.rng.IntN(len(up))]
+}
+
+// flood adds many new keys, each touched a few times on random nodes.
+func (g *gen) flood() {
+	sc, r := g.sc, g.rng
+	lim := g.limitOf(limit.TokenBucket)
+	count := 50 + r.IntN(300)
+	for i := range count {
+		idx := len(sc.Keys)
+		sc.Keys = append(sc.Keys, Key{Name: fmt.Sprintf("f%d", i), Limits: []limit.Limit{lim}, Routing: Flood, Fraction: 1, Weight: 1})
+		at := g.between(0, sc.Duration*9/10)
+		for range 1 + r.IntN(3) {
+			up := sc.up(at)
+			if len(up) > 0 {
+				sc.Requests = append(sc.Requests, Request{At: at, Node: up[r.IntN(len(up))], Key: idx, N: 1})
+			}
+			at += g.between(time.Millisecond, sc.Duration/4)
+			if at >= sc.Duration {
+				break
+			}
+		}
+	}
+}
+
+// String describes the scenario on one line.
+func (sc *Scenario) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d nodes, interval %v, lease %v, %v", sc.Seed, len(sc.Nodes), sc.Interval, sc.Lease, sc.Duration)
+	if sc.FleetSize > 0 {
+		fmt.Fprintf(&b, ", fleet size %d", sc.FleetSize)
+	}
+	for _, f := range sc.Faults {
+		fmt.Fprintf(&b, ", %v %v-%v", f.Kind, f.From, f.To)
+	}
+	for i, n := range sc.Nodes {
+		if n.Join > 0 || n.Leave < sc.Duration || len(n.Pauses) > 0 || n.Step != 0 {
+			fmt.Fprintf(&b, ", node %d [%v, %v crash=%v pauses=%v step=%v@%v]", i, n.Join, n.Leave, n.Crash, n.Pauses, n.Step, n.StepAt)
+		}
+	}
+	keys := 0
+	for _, k := range sc.Keys {
+		if k.Routing != Flood {
+			keys++
+		}
+	}
+	fmt.Fprintf(&b, "; %d keys, %d requests", len(sc.Keys), len(sc.Requests))
+	return b.String()
+}

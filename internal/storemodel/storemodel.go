@@ -1,0 +1,511 @@
+// Package storemodel is a Go model of the store's side of Async mode's share
+// protocol: what remote's scripts (contest.lua, fleet.lua) do in Redis, op
+// for op, in the same integer and float64 arithmetic, on an explicit clock.
+// The simulation runs it in place of Redis; a conformance test holds it to
+// the real scripts on a real redis-server, answer for answer.
+//
+// It is a test tool: not safe for concurrent use, nothing is bounded.
+package storemodel
+
+import (
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// Model is the store: every contested key's hash, and the fleet's keys.
+type Model struct {
+	// ActiveWindow is how long a node stays in the fleet after its last
+	// beat (µs).
+	ActiveWindow int64
+
+	keys    map[kl]*Hash
+	members map[string]int64 // node → µs of its last beat
+	entries map[string]*entry
+	stamp   int64 // the last change stamp handed out
+}
+
+// kl names a (key, limit).
+type kl struct {
+	key string
+	lim limit.Limit
+}
+
+// Hash is one contested key's state in the store.
+type Hash struct {
+	Epoch  int64 // µs the contest began
+	Expiry int64 // µs the hash expires at (PEXPIREAT)
+	// Pool is the share nobody holds, and PoolState its state as of PoolAt.
+	Pool      int64
+	PoolState share.State
+	PoolAt    int64
+	// Joins is how many nodes the contest still waits to hear from.
+	Joins int64
+	// CallAt is the µs of the last call (0: none); Quiet is when the next
+	// may be made, after Fails calls in a row came back without the room.
+	CallAt, Quiet, Fails int64
+	// Unknown is share held by nodes the store lost track of (a rebuilt
+	// contest), returned to the pool as wholly spent at UnknownUntil.
+	Unknown, UnknownUntil int64
+	// Records holds each node's record.
+	Records map[string]*Record
+}
+
+// Record is one node's share of a contested key.
+type Record struct {
+	Grant    int64
+	LeaseEnd int64 // µs
+	// Growth is the last growth sent to the node, with the pool's state
+	// then (GrowthAt, the op's µs): if the node reports without it, the
+	// answer was lost and it goes back to the pool as it left.
+	Growth      int64
+	GrowthState share.State
+	GrowthAt    int64
+	// Seq is the last op applied, and Outcome and Until what it was told:
+	// the same op again is answered again as it was.
+	Seq     int64
+	Outcome share.Outcome
+	Until   int64
+	Served  int64
+}
+
+// entry is a registry entry.
+type entry struct {
+	epoch, callAt, expiry, changed int64
+}
+
+// New returns an empty store whose fleet forgets a node activeWindow µs
+// after its last beat.
+func New(activeWindow int64) *Model {
+	m := &Model{ActiveWindow: activeWindow}
+	m.Restart()
+	return m
+}
+
+// Restart empties the store, as a Redis that restarted without its data or
+// was flushed.
+func (m *Model) Restart() {
+	m.keys = make(map[kl]*Hash)
+	m.members = make(map[string]int64)
+	m.entries = make(map[string]*entry)
+	m.stamp = 0
+}
+
+// Delete removes one key's hash, as a key evicted or deleted.
+func (m *Model) Delete(key string, lim limit.Limit) { delete(m.keys, kl{key, lim}) }
+
+// Hash returns (key, lim)'s hash as of now, or nil.
+func (m *Model) Hash(now int64, key string, lim limit.Limit) *Hash {
+	h := m.keys[kl{key, lim}]
+	if h != nil && h.Expiry <= now {
+		delete(m.keys, kl{key, lim})
+		return nil
+	}
+	return h
+}
+
+// Keys returns how many contested keys the store holds as of now.
+func (m *Model) Keys(now int64) int {
+	n := 0
+	for k, h := range m.keys {
+		if h.Expiry <= now {
+			delete(m.keys, k)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// Op applies node's op at now (µs) and returns the reply, as contest.lua
+// does for one key.
+func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) share.Reply {
+	p, ok := share.ParamsOf(op.Limit)
+	if !ok {
+		return share.Reply{Now: now, Outcome: share.Ended}
+	}
+	k := kl{op.Key, op.Limit}
+	h := m.Hash(now, op.Key, op.Limit)
+	r := apply(p, h, now, node, set, op)
+	if r.hash == nil {
+		delete(m.keys, k)
+	} else {
+		m.keys[k] = r.hash
+	}
+	return r.reply
+}
+
+// result is what applying an op leaves: the hash (nil: none) and the reply.
+type result struct {
+	hash  *Hash
+	reply share.Reply
+}
+
+// apply is one op on hash h (nil: absent) at now. It is the script's logic,
+// step for step.
+func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, op share.Op) result {
+	reply := share.Reply{Now: now}
+	held := clamp(op.Held, 0, share.One)
+	keep := clamp(op.Keep, 0, held)
+	if op.Leave {
+		keep = 0
+	}
+	state := p.Decay(op.State, op.At, now)
+
+	// 1. Which contest.
+	fresh := false // the node was not in this contest: its op is its join
+	switch {
+	case h == nil && op.Epoch != 0 && held > 0 && !op.Leave:
+		// The node holds a grant of a contest the store lost: rebuilt from
+		// it, believed; what the others held is unknown until a lease has
+		// passed, then taken as wholly spent.
+		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{},
+			Unknown: share.One - held, UnknownUntil: now + set.Lease}
+		h.Records[node] = &Record{Grant: held}
+		reply.Lost = true
+	case h == nil && (op.Leave || op.Want <= 0):
+		// Nothing to rebuild and nothing wanted (a call the node answers
+		// after its contest ended, say): the contest ended.
+		reply.Outcome = share.Ended
+		return result{nil, reply}
+	case h == nil:
+		// A new contest. Every node of the fleet holds an even split the
+		// creator does not, unless the key is pooled.
+		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
+		fleet := int64(max(op.Fleet, 1))
+		if op.Pooled {
+			h.Pool = share.One
+		} else {
+			h.Pool = share.One - fleet*share.Even(int(fleet))
+			h.Joins = fleet - 1
+		}
+		if op.Epoch == 0 {
+			h.Records[node] = &Record{Grant: held} // its even split, outside the pool
+		} else {
+			h.Records[node] = &Record{} // it held nothing of the contest that ended
+			held, keep = 0, 0
+		}
+	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0:
+		// A grant of an earlier contest the store lost: believed, out of
+		// the unknown first, else out of the pool.
+		take := min(held, h.Unknown)
+		h.Unknown -= take
+		h.Pool -= held - take
+		rec := h.Records[node]
+		if rec == nil {
+			rec = &Record{}
+			h.Records[node] = rec
+		}
+		rec.Grant = held
+		reply.Lost = true
+	case op.Epoch != h.Epoch:
+		fresh = true
+	}
+
+	// The same op again (its answer was lost): answered as it was.
+	if rec := h.Records[node]; rec != nil && op.Seq != 0 && rec.Seq == op.Seq && !reply.Lost {
+		reply.Outcome, reply.Until, reply.Epoch, reply.Grant, reply.LeaseEnd = rec.Outcome, rec.Until, h.Epoch, rec.Grant, rec.LeaseEnd
+		reply.Growth, reply.Pool, reply.Now, reply.Served = rec.Growth, rec.GrowthState, rec.GrowthAt, rec.Served
+		reply.Expiry = h.Expiry
+		return result{h, reply}
+	}
+
+	// 2. What lapsed.
+	for _, id := range sortedNodes(h.Records) {
+		rec := h.Records[id]
+		if rec.Grant > 0 && rec.LeaseEnd <= now {
+			give(p, h, now, rec.Grant, p.Decay(p.Spent(rec.LeaseEnd), rec.LeaseEnd, now))
+			rec.Grant, rec.Growth = 0, 0
+		}
+	}
+	if h.Unknown > 0 && h.UnknownUntil <= now {
+		give(p, h, now, h.Unknown, p.Decay(p.Spent(h.UnknownUntil), h.UnknownUntil, now))
+		h.Unknown = 0
+	}
+
+	// 3. The node's record against what it says it holds.
+	rec := h.Records[node]
+	switch {
+	case rec == nil && fresh:
+		// Its join: an even split (or nothing), outside the pool.
+		rec = &Record{Grant: held}
+		h.Records[node] = rec
+		if h.Joins > 0 {
+			h.Joins--
+		}
+	case rec == nil:
+		rec = &Record{}
+		h.Records[node] = rec
+		fallthrough
+	default:
+		switch {
+		case held > rec.Grant:
+			h.Pool -= held - rec.Grant
+			reply.Over = true
+		case held < rec.Grant:
+			d := rec.Grant - held
+			if rec.Growth > 0 && d == rec.Growth {
+				give(p, h, now, d, p.Decay(rec.GrowthState, rec.GrowthAt, now)) // an answer it never got
+			} else {
+				give(p, h, now, d, p.Spent(now))
+			}
+		}
+		rec.Grant = held
+	}
+	rec.Growth = 0
+
+	// 4. What it gives back.
+	if held > keep {
+		give(p, h, now, held-keep, state)
+	}
+	rec.Grant = keep
+	if op.Leave {
+		rec.Seq, rec.Outcome, rec.GrowthAt = op.Seq, share.Done, now
+		reply.Epoch = h.Epoch
+		reply.Expiry = extend(p, h, now, set)
+		return result{h, reply}
+	}
+
+	// 5. What it wants: room for Want in its share, grown from the pool.
+	pool := p.Decay(h.PoolState, h.PoolAt, now)
+	growth := int64(0)
+	if op.Want > 0 && op.Serve && keep == 0 && h.Pool > 0 && p.Room(h.Pool, pool, now) >= op.Want {
+		// Served from the pool: the node holds nothing of it.
+		h.PoolState, h.PoolAt = p.Spend(pool, h.Pool, op.Want, now), now
+		pool = h.PoolState
+		reply.Served = op.Want
+	} else if op.Want > 0 {
+		if d := p.Grow(op.Want, keep, state, pool, now); d > 0 && d <= h.Pool {
+			growth = d
+		} else if d != 0 {
+			if h.Pool > 0 && p.Room(h.Pool, pool, now) > 0 {
+				growth = h.Pool // what there is
+			}
+			if !p.Holds(op.Want, keep, state, growth, pool, now) {
+				reply.Outcome, reply.Until = short(p, h, now, node, set)
+			}
+		}
+	}
+	if reply.Outcome == share.Done && op.Need > 0 && h.Pool > growth {
+		if alone(h, node) {
+			// Nobody else holds any of it: all of it here, one bucket
+			// holding the whole limit, exactly as one exact limiter would.
+			growth = h.Pool
+		} else if op.Need > keep+growth {
+			growth += min(op.Need-keep-growth, h.Pool-growth)
+		}
+	}
+	if op.Want > 0 && reply.Outcome == share.Done {
+		h.Fails, h.Quiet, h.CallAt = 0, 0, 0 // room found: any call made is answered
+	}
+	if growth > 0 {
+		h.Pool -= growth
+		rec.Grant += growth
+		rec.Growth, rec.GrowthState = growth, pool
+	}
+	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served = now, op.Seq, reply.Outcome, reply.Until, reply.Served
+	if rec.Grant > 0 {
+		rec.LeaseEnd = now + set.Lease
+	}
+	reply.Epoch, reply.Grant, reply.Growth, reply.Pool, reply.LeaseEnd = h.Epoch, rec.Grant, growth, pool, rec.LeaseEnd
+	reply.Expiry = extend(p, h, now, set)
+	return result{h, reply}
+}
+
+// short decides what a node whose want the pool cannot hold does: wait for
+// the nodes still to join (calling them first), call the others to give
+// back what they do not need at once, wait for a call's answers, or, once a
+// call came back without the room, refuse alone until the next call may be
+// made: quiet for a cooldown that doubles while calls keep failing (a key
+// over its limit costs one call a cooldown, not one a request).
+func short(p share.Params, h *Hash, now int64, node string, set share.Settings) (share.Outcome, int64) {
+	others := false
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 {
+			others = true
+			break
+		}
+	}
+	switch {
+	case h.Joins > 0 && h.CallAt == 0:
+		// The contest's start: every node must hear of it and join.
+		h.CallAt = now
+		return share.Call, 0
+	case h.Joins > 0:
+		return share.Wait, 0
+	case !others:
+		// This node holds all there is: its own refill is the fleet's.
+		return share.NoRoom, now + set.Cooldown
+	case h.CallAt != 0 && now-h.CallAt < set.CallWindow:
+		return share.Wait, 0 // the call's answers are still coming
+	case now >= h.Quiet:
+		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < 2*set.CallWindow {
+			// The last call came back without the room: the fleet has
+			// none to give until later.
+			h.Fails = min(h.Fails+1, maxFails)
+			h.Quiet = now + set.Cooldown<<h.Fails
+			return share.NoRoom, h.Quiet
+		}
+		h.CallAt = now
+		return share.Call, 0
+	}
+	return share.NoRoom, h.Quiet
+}
+
+// alone reports whether no node but node holds a grant of h.
+func alone(h *Hash, node string) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 {
+			return false
+		}
+	}
+	return h.Joins == 0 && h.Unknown == 0
+}
+
+// maxFails bounds the doubling of the quiet time after failed calls.
+const maxFails = 5
+
+// give returns share g in state x (as of now) to the pool.
+func give(p share.Params, h *Hash, now, g int64, x share.State) {
+	if g <= 0 {
+		return
+	}
+	pool := p.Decay(h.PoolState, h.PoolAt, now)
+	if h.Pool > 0 {
+		h.PoolState = p.Merge(h.Pool, pool, g, x)
+	} else {
+		h.PoolState = x // a pool in debt (or empty) takes the state given
+	}
+	h.PoolAt = now
+	h.Pool += g
+}
+
+// extend pushes the hash's expiry to at least now + two leases and a refill:
+// long enough that every grant has lapsed and the pool has refilled before
+// the contest can end. It returns the expiry.
+func extend(p share.Params, h *Hash, now int64, set share.Settings) int64 {
+	h.Expiry = max(h.Expiry, now+2*set.Lease+p.Refill())
+	return h.Expiry
+}
+
+func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
+
+// sortedNodes returns the record keys in order, so that the model's
+// iteration is deterministic (as Redis's HGETALL order is for the script).
+func sortedNodes(recs map[string]*Record) []string {
+	ids := make([]string, 0, len(recs))
+	for id := range recs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Beat applies node's heartbeat at now (µs), as fleet.lua does.
+func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
+	_, known := m.members[node]
+	if b.Leave {
+		delete(m.members, node)
+		return share.BeatReply{Now: now, Nodes: len(m.members), Next: b.From}
+	}
+	m.members[node] = now
+	for id, at := range m.members {
+		if at <= now-m.ActiveWindow {
+			delete(m.members, id)
+		}
+	}
+	for _, c := range b.Contests {
+		mem := Member(c.Key, c.Limit)
+		e := m.entries[mem]
+		switch {
+		case e == nil || c.Epoch > e.epoch:
+			e = &entry{epoch: c.Epoch, callAt: c.CallAt, expiry: c.Expiry}
+			m.entries[mem] = e
+		case c.Epoch == e.epoch:
+			e.callAt, e.expiry = max(e.callAt, c.CallAt), max(e.expiry, c.Expiry)
+		default:
+			continue // an earlier contest's
+		}
+		m.stamp = max(now, m.stamp+1)
+		e.changed = m.stamp
+	}
+	for mem, e := range m.entries {
+		if e.expiry <= now {
+			delete(m.entries, mem)
+		}
+	}
+	reply := share.BeatReply{Now: now, Nodes: len(m.members), New: !known, Next: b.From}
+	var changed []string
+	for mem, e := range m.entries {
+		if e.changed > b.From {
+			changed = append(changed, mem)
+		}
+	}
+	slices.SortFunc(changed, func(a, b string) int { return int(m.entries[a].changed - m.entries[b].changed) })
+	if b.Limit > 0 && len(changed) > b.Limit {
+		changed, reply.More = changed[:b.Limit], true
+	}
+	for _, mem := range changed {
+		e := m.entries[mem]
+		key, lim, ok := ParseMember(mem)
+		if !ok {
+			continue
+		}
+		reply.Changes = append(reply.Changes, share.Contest{Key: key, Limit: lim, Epoch: e.epoch, CallAt: e.callAt, Expiry: e.expiry})
+		reply.Next = e.changed
+	}
+	return reply
+}
+
+// Members returns the nodes in the fleet as of now.
+func (m *Model) Members(now int64) int {
+	n := 0
+	for _, at := range m.members {
+		if at > now-m.ActiveWindow {
+			n++
+		}
+	}
+	return n
+}
+
+// Member names (key, lim) in the registry. The real store's names differ;
+// the model needs only to tell them apart.
+func Member(key string, lim limit.Limit) string {
+	return strconv.Itoa(int(lim.Algorithm)) + "|" + strconv.FormatInt(lim.Rate, 10) + "|" +
+		strconv.FormatInt(int64(lim.Period), 10) + "|" + strconv.FormatInt(lim.Burst, 10) + "|" + key
+}
+
+// ParseMember reads a Member back.
+func ParseMember(m string) (string, limit.Limit, bool) {
+	var parts [5]string
+	rest := m
+	for i := 0; i < 4; i++ {
+		j := indexByte(rest, '|')
+		if j < 0 {
+			return "", limit.Limit{}, false
+		}
+		parts[i], rest = rest[:j], rest[j+1:]
+	}
+	parts[4] = rest
+	a, err1 := strconv.Atoi(parts[0])
+	rate, err2 := strconv.ParseInt(parts[1], 10, 64)
+	period, err3 := strconv.ParseInt(parts[2], 10, 64)
+	burst, err4 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		return "", limit.Limit{}, false
+	}
+	lim := limit.Limit{Rate: rate, Period: time.Duration(period), Burst: burst, Algorithm: limit.Algorithm(a)}
+	return parts[4], lim, true
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,277 @@
+package local
+
+import (
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// Asks mode (Config.Asks) is how Async mode's share protocol uses the
+// engine. A key is decided in this node's share of its limit: the fleet's
+// even split while nobody contests it, or the grant the store holds for this
+// node (Hold) while the key is contested; a key whose even split cannot hold
+// one request (a burst smaller than the fleet) is pooled: no node holds any
+// of it until it is granted some. A request the share cannot admit now is not
+// refused: AllowN returns ErrShort and changes nothing, and the caller asks
+// the fleet for room (or refuses, when it knows the fleet has none).
+
+// ErrShort is what AllowN returns in Asks mode for a request the node's share
+// cannot admit now: the share has no room for it, or the node holds none.
+// Only the fleet can decide it. No state changed.
+var ErrShort = shortError{}
+
+type shortError struct{}
+
+func (shortError) Error() string { return "local: no room in this node's share" }
+
+// short reports whether a request of weight n on en (uncontested: in share
+// even of the fleet) cannot be decided in this node's share at now. The shard
+// is locked; en's state has been rolled to now.
+func (e *Engine) short(en *entry, p *policy, n int64, now int64) bool {
+	if en.has(flagContested) {
+		if en.has(flagEmpty) || now > e.validUntil.Load() {
+			return true // nothing held, or a grant whose lease this node cannot vouch for
+		}
+	} else if pooled(p, en.share) {
+		return true
+	}
+	if heavy(p, n, en.share) || p.lim.Algorithm == limit.LeakyBucket && en.share < ShareOne && n > 0 {
+		return true // the meter's one-request burst is whole or nothing
+	}
+	st := en.st
+	var res limit.Result
+	switch p.lim.Algorithm {
+	case limit.TokenBucket:
+		tokenBucket(&res, &st, now, p, n, en.share)
+	case limit.LeakyBucket:
+		leakyMeter(&res, &st, now, p, n, en.share)
+	case limit.FixedWindow:
+		fixedWindow(&res, &st, now, p, n, en.share)
+	case limit.SlidingWindowCounter:
+		slidingCounter(&res, &st, now, p, n, en.share)
+	default:
+		return false
+	}
+	return !res.Allowed
+}
+
+// pooled reports whether an uncontested key of p has no even split: one
+// request weighs more than share s of its capacity (a leaky meter's is one
+// request), so no node decides it alone.
+func pooled(p *policy, s Share) bool {
+	if s >= ShareOne {
+		return false
+	}
+	if p.lim.Algorithm == limit.LeakyBucket {
+		return true
+	}
+	return heavy(p, 1, s)
+}
+
+// SetValidUntil sets the time (Redis's clock, Unix ns) until which this node
+// may decide contested keys in the grants it holds: its keeper moves it on
+// as it confirms the grants are current. Past it, every request on a
+// contested key is short (a process paused past its leases never decides in
+// a grant the store has taken back before its keeper has looked).
+func (e *Engine) SetValidUntil(t int64) { e.validUntil.Store(t) }
+
+// Hold sets the share a contested key is decided in: the grant s, or none
+// (s == 0). Capacity moves with the state it carries: the key's state per
+// unit of share is kept, so what the node gives up is as spent as what it
+// keeps. It returns whether the engine holds the key (a key it does not hold
+// starts, when made, in the share the keeper's Claimed function gives).
+func (e *Engine) Hold(key string, lim limit.Limit, s Share) bool {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return false
+	}
+	hold(en, s)
+	return true
+}
+
+// hold makes en contested in share s (none when s == 0).
+func hold(en *entry, s Share) {
+	en.set(flagContested)
+	if s == 0 {
+		en.set(flagEmpty)
+		return
+	}
+	if en.has(flagEmpty) {
+		// Nothing held until now: no state to keep. It starts spent; the
+		// growth that comes with a grant brings the pool's state.
+		en.clear(flagEmpty)
+		en.share = min(s, ShareOne)
+		en.st[1] = 0
+		spend(en)
+		return
+	}
+	en.setShare(min(s, ShareOne))
+}
+
+// spend sets en's state to wholly spent at its shard's time: what a share
+// nobody accounted for holds.
+func spend(en *entry) {
+	p := en.pol
+	switch p.lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		en.st[0] = max(en.st[0], 0) + p.tolerance
+	case limit.FixedWindow:
+		en.st[1] = int64(en.share) * p.lim.Rate
+	case limit.SlidingWindowCounter:
+		en.st[2] = int64(en.share) * p.lim.Rate
+	}
+}
+
+// Release ends a contested key on this node: it is decided in the fleet's
+// even split again (or, pooled, in nothing), its state as it is.
+func (e *Engine) Release(key string, lim limit.Limit) {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if en := sh.peek(key, lim); en != nil && en.has(flagContested) {
+		en.clear(flagContested | flagEmpty)
+		en.setShare(Share(e.newKey.Load()))
+	}
+}
+
+// GrowBy joins growth, a share taken from the fleet's pool in state pool (as
+// of now, Redis's µs units as the store keeps it), to the share of a
+// contested key: the state becomes the two weighted by their shares, so the
+// room the node gains is only what the pool had unspent. It returns whether
+// the engine holds the key.
+func (e *Engine) GrowBy(now int64, key string, lim limit.Limit, growth Share, pool share.State) bool {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil || growth == 0 {
+		return en != nil
+	}
+	now = sh.at(now)
+	if !en.pol.lim.Algorithm.IsBucket() {
+		sh.rollWindow(key, en, now)
+	}
+	en.set(flagContested)
+	g := int64(en.share)
+	if en.has(flagEmpty) {
+		g = 0
+	}
+	d := min(int64(growth), int64(ShareOne)-g)
+	if d <= 0 {
+		return true
+	}
+	mine := snapshot(en, now)
+	if g == 0 {
+		mine = pool
+	}
+	p, _ := share.ParamsOf(en.pol.lim)
+	joined := p.Merge(g, mine, d, pool)
+	en.clear(flagEmpty)
+	en.share = Share(g + d)
+	setSnapshot(en, now, joined)
+	return true
+}
+
+// Snapshot returns the share (key, lim) is decided in now (0: none), and
+// its state in the store's units as of now: what the node reports. A key the
+// engine does not hold is made (from the record of its eviction, if it was
+// evicted spent), as AllowN would make it. ok is false for a key or limit
+// that is not valid.
+func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, ok bool) {
+	if limit.CheckKey(key) != nil {
+		return 0, st, false
+	}
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
+	if err != nil {
+		return 0, st, false
+	}
+	now = sh.at(now)
+	if !en.pol.lim.Algorithm.IsBucket() {
+		sh.rollWindow(key, en, now)
+	}
+	switch {
+	case en.has(flagContested) && en.has(flagEmpty):
+		held = 0
+	case en.has(flagContested):
+		held = en.share
+	default:
+		en.setShare(Share(e.newKey.Load()))
+		held = en.share
+		if pooled(en.pol, held) {
+			held = 0
+		}
+	}
+	return held, snapshot(en, now), true
+}
+
+// snapshot is en's state in the store's units as of now (Unix ns): the
+// whole fleet's estimate that en's share stands for, rounded toward spent.
+func snapshot(en *entry, now int64) share.State {
+	s := int64(max(en.share, 1))
+	switch en.pol.lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		return share.State{Level: max(en.st[0]-now, 0)}
+	case limit.FixedWindow:
+		return share.State{Window: en.st[0], Count: ceilDiv(en.st[1]*int64(ShareOne), s)}
+	case limit.SlidingWindowCounter:
+		return share.State{Window: en.st[0], Prev: ceilDiv(en.st[1]*int64(ShareOne), s), Count: ceilDiv(en.st[2]*int64(ShareOne), s)}
+	}
+	return share.State{}
+}
+
+// setSnapshot sets en's state from x, as of now, in en's share. A window
+// state moves to x's window when x's is later (the store's clock ahead of
+// this node's: a window never goes back).
+func setSnapshot(en *entry, now int64, x share.State) {
+	s := int64(en.share)
+	scaled := func(c int64) int64 { return ceilDiv(max(c, 0)*s, int64(ShareOne)) }
+	switch en.pol.lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		en.st[0], en.st[1] = now+max(x.Level, 0), 0
+	case limit.FixedWindow:
+		if x.Window >= en.st[0] {
+			en.st[0], en.st[1] = x.Window, scaled(x.Count)
+		}
+	case limit.SlidingWindowCounter:
+		if x.Window >= en.st[0] {
+			en.st[0], en.st[1], en.st[2] = x.Window, scaled(x.Prev), scaled(x.Count)
+		}
+	}
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// Refuse reports (key, lim)'s state at now as the refusal of a request of
+// weight n that the fleet has no room for: the demand is counted, nothing is
+// spent. The Result is the node's share's (Remaining, RetryAfter).
+func (e *Engine) Refuse(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
+	res, err := e.decide(now, key, lim, 0, false)
+	if err != nil {
+		return res, err
+	}
+	res.Allowed = false
+	if n > 0 && e.track {
+		h := e.hash(key)
+		sh := e.shardOf(h)
+		sh.mu.Lock()
+		if en := sh.peek(key, lim); en != nil {
+			sh.record(key, en, n, false, false, sh.at(now))
+		}
+		sh.mu.Unlock()
+	}
+	return res, nil
+}

@@ -1,0 +1,954 @@
+package reconcile
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// Defaults of SharesConfig's zero fields.
+const (
+	// DefaultInterval is the time between rounds.
+	DefaultInterval = 20 * time.Millisecond
+	// registryPage is the most registry changes one heartbeat reads.
+	registryPage = 1000
+	// faultRetry is how long a key the store refuses waits before it is
+	// tried again.
+	faultRetry = 5 * time.Second
+)
+
+// SharesConfig configures a Shares. Zero fields mean their defaults.
+type SharesConfig struct {
+	// Interval is the time between rounds (heartbeats): how soon a node
+	// hears a call. Zero means 20 ms.
+	Interval time.Duration
+	// AskWait bounds how long a request the node's share cannot admit
+	// waits for the fleet to give it room. Zero means two intervals;
+	// negative means never: such a request is refused at once.
+	AskWait time.Duration
+	// Lease is how long a grant holds unless renewed. Zero means 50
+	// intervals, at least 1 s.
+	Lease time.Duration
+	// ActiveWindow is how long a node counts in the fleet after its last
+	// heartbeat: the even split never divides by fewer nodes than the most
+	// seen within it. Zero means 50 intervals, at least 1 s.
+	ActiveWindow time.Duration
+	// FleetSize, when positive, is a floor on the fleet's size.
+	FleetSize int
+	// Logger receives what changes decisions (a key the store refuses, a
+	// contest the store lost). Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults fills cfg's zero fields.
+func (cfg SharesConfig) withDefaults() SharesConfig {
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	if cfg.AskWait == 0 {
+		cfg.AskWait = 2 * cfg.Interval
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = max(50*cfg.Interval, time.Second)
+	}
+	if cfg.ActiveWindow == 0 {
+		cfg.ActiveWindow = max(50*cfg.Interval, time.Second)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// Shares runs Async mode's share protocol on one node (docs/protocol.md):
+// which share of each key the node decides in, what it tells the store and
+// what it does with the answers. It never calls the store itself: a runner
+// (Run, or a simulation) takes the heartbeat and the ops it has ready,
+// sends them, and hands back the replies, so that every step happens at a
+// time the caller gives (the store's clock, in Unix ns, as the node maps
+// it). It is safe for concurrent use.
+//
+// Lock order: mu, then the engine's shards, then cmu.
+type Shares struct {
+	cfg SharesConfig
+	eng *local.Engine
+	log *slog.Logger
+
+	mu      sync.Mutex
+	keys    map[keyLim]*keyState
+	queue   []*keyState // keys with an op to send
+	queued  map[*keyState]bool
+	calls   []share.Contest // registry entries to send with the next beat
+	fleet   fleetView
+	from    int64 // the registry's changes read up to (stamp)
+	read    bool  // the registry was read whole once (the node's first beat)
+	more    bool  // the registry has more changes to read
+	seq     int64 // the last op sequence number used
+	beating bool  // a beat is in flight
+	wake    func(Wake)
+
+	// cmu guards claims: the grant of each contested key, which the
+	// engine asks for (Claimed) under a shard's lock.
+	cmu    sync.RWMutex
+	claims map[keyLim]int64
+
+	stats shareStats
+}
+
+// shareStats are the protocol's counters.
+type shareStats struct {
+	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired atomic.Uint64
+}
+
+// SharesStats is a snapshot of the protocol's counters.
+type SharesStats struct {
+	Ops, Asks, Joins, Gives, Renews uint64 // ops sent, and by what they carried
+	Calls                           uint64 // calls this node made
+	Waits, NoRoom                   uint64 // asks answered wait, and refused until later
+	Lost, Over                      uint64 // contests the store had lost; grants the store had not accounted (degraded)
+	Faults                          uint64 // ops the store refused for the key itself
+	Expired                         uint64 // grants that lapsed before they were renewed
+	Contested                       int    // keys this node holds as contested
+	Nodes                           int    // the fleet's size this node divides by
+}
+
+// NewShares returns the protocol for engine eng (which must run in Asks mode).
+func NewShares(cfg SharesConfig, eng *local.Engine) *Shares {
+	cfg = cfg.withDefaults()
+	s := &Shares{cfg: cfg, eng: eng, log: cfg.Logger, keys: make(map[keyLim]*keyState), queued: make(map[*keyState]bool),
+		claims: make(map[keyLim]int64), seq: time.Now().UnixMicro()}
+	s.fleet.window = share.Duration(cfg.ActiveWindow)
+	s.fleet.fixed = cfg.FleetSize
+	eng.SetClaimed(s.claimed)
+	eng.SetFleet(cfg.FleetSize, 1)
+	return s
+}
+
+// Wake is what a runner is woken for.
+type Wake uint8
+
+// The wakes.
+const (
+	// WakeOps: an op is ready to send (a request waits, or a call must be
+	// answered): send it now rather than at the next round.
+	WakeOps Wake = iota
+	// WakeBeat: a call must reach the registry: beat now.
+	WakeBeat
+)
+
+// SetWake sets the function told when something is ready to send at once
+// rather than at the next round. It is called with s's lock held: it must
+// not block or call s.
+func (s *Shares) SetWake(f func(Wake)) { s.mu.Lock(); s.wake = f; s.mu.Unlock() }
+
+// Settings returns the parameters every op carries.
+func (s *Shares) Settings() share.Settings {
+	return share.Settings{Lease: share.Duration(s.cfg.Lease), CallWindow: share.Duration(2 * s.cfg.Interval),
+		Cooldown: share.Duration(10 * s.cfg.Interval)}
+}
+
+// Config returns the configuration in force.
+func (s *Shares) Config() SharesConfig { return s.cfg }
+
+// claimed is the engine's test, for a key it makes, of whether the key is
+// contested and the share this node holds of it.
+func (s *Shares) claimed(key string, lim limit.Limit) (local.Share, bool) {
+	s.cmu.RLock()
+	g, ok := s.claims[keyLim{key, lim}]
+	s.cmu.RUnlock()
+	return local.Share(min(g, share.One)), ok
+}
+
+func (s *Shares) setClaim(kl keyLim, g int64) {
+	s.cmu.Lock()
+	s.claims[kl] = g
+	s.cmu.Unlock()
+}
+
+func (s *Shares) dropClaim(kl keyLim) {
+	s.cmu.Lock()
+	delete(s.claims, kl)
+	s.cmu.Unlock()
+}
+
+// hold sets the share ks decides in, in the engine and for keys it makes.
+// s.mu is held.
+func (s *Shares) hold(ks *keyState, g int64) {
+	s.setClaim(ks.kl, g)
+	s.eng.Hold(ks.kl.key, ks.kl.lim, local.Share(g))
+}
+
+// state returns kl's state, making it (phase even) if asked to. s.mu is held.
+func (s *Shares) state(kl keyLim, make bool) *keyState {
+	ks := s.keys[kl]
+	if ks == nil && make {
+		p, ok := share.ParamsOf(kl.lim)
+		if !ok {
+			return nil
+		}
+		ks = &keyState{kl: kl, params: p}
+		s.keys[kl] = ks
+	}
+	return ks
+}
+
+// forget drops ks if it has no reason to be kept. s.mu is held.
+func (s *Shares) forget(ks *keyState) {
+	if ks.phase == phaseEven && ks.idle() && !s.queued[ks] {
+		delete(s.keys, ks.kl)
+	}
+}
+
+// enqueue marks ks as having an op to send. s.mu is held.
+func (s *Shares) enqueue(ks *keyState, what intent) {
+	ks.intents |= what
+	if ks.faulted {
+		return
+	}
+	if !s.queued[ks] {
+		s.queued[ks] = true
+		s.queue = append(s.queue, ks)
+	}
+	if s.wake != nil && what&(wantAsk|wantJoin|wantGive) != 0 {
+		s.wake(WakeOps)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Requests the node's share cannot admit.
+
+// Verdict is what a waiting request is told.
+type Verdict uint8
+
+// The verdicts.
+const (
+	// Retry: the key's share changed: decide again (AllowN), and if it is
+	// still short, Short again.
+	Retry Verdict = iota
+	// Refuse: the fleet has no room for it until Until (Unix ns).
+	Refuse
+	// Expired: it waited AskWait without room.
+	Expired
+	// Unreachable: the store cannot be reached: decide it under the
+	// fallback.
+	Unreachable
+	// Admitted: the store admitted it from the fleet's pool (the node
+	// holds no share it could admit it in).
+	Admitted
+)
+
+// Waiter is a request waiting for room. Done is closed when its Verdict is
+// set (and Notify, if set, is called then, with s's lock held).
+type Waiter struct {
+	n        int64
+	deadline int64
+	verdict  Verdict
+	until    int64
+	done     chan struct{}
+	notify   func(*Waiter)
+	settled  bool
+}
+
+// Done is closed once the waiter has its verdict.
+func (w *Waiter) Done() <-chan struct{} { return w.done }
+
+// Verdict returns the waiter's verdict and, for Refuse, until when (ns);
+// for Admitted, when the store admitted it (ns, the store's clock).
+func (w *Waiter) Verdict() (Verdict, int64) { return w.verdict, w.until }
+
+func (w *Waiter) settle(v Verdict, until int64) {
+	if w.settled {
+		return
+	}
+	w.settled, w.verdict, w.until = true, v, until
+	if w.done != nil {
+		close(w.done)
+	}
+	if w.notify != nil {
+		w.notify(w)
+	}
+}
+
+// Short is told of a request of weight n for (key, lim) that the node's
+// share could not admit at now (ns; the engine returned ErrShort). It
+// returns refuse and until when the fleet is known to have no room before
+// until (ns); otherwise a Waiter that tells the request what to do within
+// deadline (ns; now + AskWait, or the caller's earlier one). notify, if not
+// nil, is called with the settled waiter under s's lock (the simulation's
+// hook); a caller that blocks selects on Waiter.Done instead.
+func (s *Shares) Short(now int64, key string, lim limit.Limit, n, deadline int64, notify func(*Waiter)) (w *Waiter, refuse bool, until int64) {
+	us := share.Micros(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := s.state(keyLim{key, lim}, true)
+	if ks == nil {
+		return nil, true, now // not shareable: the caller refuses it (validated before)
+	}
+	ks.lastUse = us
+	ks.maxWeight = max(ks.maxWeight, n)
+	if ks.deniedUntil > us {
+		return nil, true, share.Nanos(ks.deniedUntil)
+	}
+	ks.deniedUntil = 0
+	if s.cfg.AskWait < 0 || deadline <= now {
+		s.forget(ks)
+		return nil, true, now
+	}
+	w = &Waiter{n: n, deadline: deadline, notify: notify}
+	if notify == nil {
+		w.done = make(chan struct{})
+	}
+	ks.waiters = append(ks.waiters, w)
+	if ks.retryAt <= us {
+		s.enqueue(ks, wantAsk)
+	}
+	s.stats.asks.Add(1)
+	return w, false, 0
+}
+
+// Abandon removes w from its key's waiters (its caller gave up: a context
+// that ended).
+func (s *Shares) Abandon(key string, lim limit.Limit, w *Waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := s.keys[keyLim{key, lim}]
+	if ks == nil {
+		return
+	}
+	ks.waiters = slices.DeleteFunc(ks.waiters, func(x *Waiter) bool { return x == w })
+	w.settle(Expired, 0)
+	s.forget(ks)
+}
+
+// release settles every waiter of ks with v. s.mu is held.
+func release(ks *keyState, v Verdict, until int64) {
+	ws := ks.waiters
+	ks.waiters = nil
+	for _, w := range ws {
+		w.settle(v, until)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The heartbeat.
+
+// fleetView is the fleet's size as this node divides by it: the most nodes
+// seen within the active window, and the configured floor.
+type fleetView struct {
+	window int64 // µs
+	fixed  int
+	seen   []fleetSeen
+}
+
+type fleetSeen struct {
+	at    int64
+	nodes int
+}
+
+// observe records that the fleet had nodes at µs now, and returns the size
+// to divide by.
+func (f *fleetView) observe(now int64, nodes int) int {
+	f.seen = append(f.seen, fleetSeen{now, nodes})
+	keep := f.seen[:0]
+	for _, x := range f.seen {
+		if x.at > now-f.window {
+			keep = append(keep, x)
+		}
+	}
+	f.seen = keep
+	return f.size()
+}
+
+// size is the fleet's size to divide by.
+func (f *fleetView) size() int {
+	n := max(f.fixed, 1)
+	for _, x := range f.seen {
+		n = max(n, x.nodes)
+	}
+	return n
+}
+
+// NextBeat returns the heartbeat to send now, with the calls and renewals
+// queued for the registry, or nil when one is in flight.
+func (s *Shares) NextBeat(now int64) *share.Beat {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.beating {
+		return nil
+	}
+	s.beating = true
+	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls}
+	if !s.read {
+		b.From = 0
+	}
+	for _, c := range b.Contests {
+		dbg("t=%d beat-send %s %v call=%d", share.Micros(now), c.Key, c.Limit, c.CallAt)
+	}
+	s.calls = nil
+	return b
+}
+
+// BeatDone applies the reply to heartbeat b, sent at sent and answered at
+// now (ns), or its failure.
+func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beating = false
+	if err != nil {
+		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
+		return
+	}
+	n := s.fleet.observe(r.Now, r.Nodes)
+	s.eng.SetFleet(s.cfg.FleetSize, n)
+	first := !s.read
+	for _, c := range r.Changes {
+		s.heard(c, first, r.Now)
+	}
+	s.from, s.more = r.Next, r.More
+	if !r.More {
+		s.read = true
+	}
+}
+
+// More reports whether the registry has more changes to read: the runner
+// beats again at once.
+func (s *Shares) More() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.more }
+
+// heard processes one registry entry. On the node's first reading every
+// contest is taken as one it holds nothing of: it has never decided a key
+// (New beats before it decides). s.mu is held.
+func (s *Shares) heard(c share.Contest, first bool, now int64) {
+	kl := keyLim{c.Key, c.Limit.Canonical()}
+	ks := s.state(kl, true)
+	if ks == nil {
+		return
+	}
+	ks.registered = max(ks.registered, c.Expiry)
+	dbg("t=%d heard %s %v epoch=%d call=%d expiry=%d first=%v phase=%v", now, ks.kl.key, ks.kl.lim, c.Epoch, c.CallAt, c.Expiry, first, ks.phase)
+	switch {
+	case first && ks.phase == phaseEven:
+		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
+		s.hold(ks, 0)
+	case ks.phase == phaseEven && pooledKey(ks.params, s.fleet.size()) && ks.op == nil && len(ks.waiters) == 0:
+		// A pooled key this node holds nothing of: nothing to report, and
+		// a pooled contest waits for no join.
+		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
+		s.hold(ks, 0)
+	case ks.phase == phaseEven || c.Epoch > ks.epoch:
+		// A contest this node has not joined (its start, or one that began
+		// while it held an earlier one): it joins with what it holds.
+		ks.joinEpoch, ks.callSeen = c.Epoch, c.CallAt
+		ks.expiry = max(ks.expiry, c.Expiry)
+		s.enqueue(ks, wantJoin)
+	case c.Epoch == ks.epoch:
+		ks.expiry = max(ks.expiry, c.Expiry)
+		if c.CallAt > ks.callSeen {
+			ks.callSeen = c.CallAt
+			if ks.grant > 0 && ks.op == nil && len(ks.waiters) == 0 {
+				s.enqueue(ks, wantGive)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Ops.
+
+// NextOps returns the ops to send now, at most max (zero: all), and marks
+// them in flight; nil when there are none. Each key has at most one op in
+// flight; an op whose last attempt failed is sent again as it was.
+func (s *Shares) NextOps(now int64, limit int) []share.Op {
+	us := share.Micros(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ops []share.Op
+	rest := s.queue[:0]
+	for _, ks := range s.queue {
+		if limit > 0 && len(ops) >= limit {
+			rest = append(rest, ks)
+			continue
+		}
+		if ks.op != nil && !ks.retry {
+			rest = append(rest, ks) // in flight: after its answer
+			continue
+		}
+		if ks.op == nil {
+			op, ok := s.build(ks, now, us)
+			if !ok {
+				delete(s.queued, ks)
+				s.forget(ks)
+				continue
+			}
+			ks.op = op
+		}
+		ks.retry = false
+		delete(s.queued, ks)
+		ops = append(ops, *ks.op)
+	}
+	clear(s.queue[len(rest):])
+	s.queue = rest
+	s.stats.ops.Add(uint64(len(ops)))
+	return ops
+}
+
+// build makes ks's next op from its intents, and shrinks the key in the
+// engine to what the op keeps: from now on the node decides in it. s.mu is
+// held.
+func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
+	in := ks.intents
+	ks.intents = 0
+	if ks.phase == phaseEven && in&(wantJoin|wantAsk) == 0 {
+		return nil, false // nothing to say of a key it holds no contest of
+	}
+	held, st, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
+	if !ok {
+		return nil, false
+	}
+	want := ks.want()
+	if want == 0 && in == wantAsk {
+		return nil, false // the waiters are gone
+	}
+	s.updateRate(ks, us)
+	keep := int64(held)
+	switch {
+	case in&wantLeave != 0:
+		keep, want = 0, 0
+	case want > 0:
+		// Requests wait: keep everything.
+	case in&wantIdle != 0 && ks.lastUse < us-3*share.Duration(s.cfg.Interval):
+		keep = 0 // idle here: all of it back to the pool
+	case in&(wantJoin|wantGive) != 0:
+		keep = min(keep, s.spare(ks, st, us))
+	case in&wantRenew != 0 && ks.lastUse <= us-share.Duration(s.cfg.Lease):
+		keep = 0 // unused for a whole lease: back to the pool
+	case in&wantRenew != 0:
+		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
+	}
+	if in&^wantGive == 0 && keep >= int64(held) {
+		return nil, false // a call it has nothing to give back to
+	}
+	need := int64(0)
+	if want > 0 || in&wantRenew != 0 && keep > 0 {
+		need = max(s.need(ks), keep) // it grows toward its demand only when it asks or is in use
+	}
+	// A node whose demand could not hold one request of its own is served
+	// by the pool rather than grown: a share it took would sit spent here,
+	// refilling at its own small rate, while others need its room.
+	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
+	if serve {
+		need = 0
+	}
+	s.seq++
+	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
+		Want: want, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
+		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq}
+	if ks.phase == phaseEven {
+		op.Epoch = 0
+	}
+	dbg("t=%d build %s %v phase=%v in=%b held=%d keep=%d want=%d need=%d grant=%d lastUse=%d rate=%.1f", us, ks.kl.key, ks.kl.lim, ks.phase, in, held, keep, want, op.Need, ks.grant, ks.lastUse, ks.rate)
+	if keep < int64(held) {
+		s.hold(ks, keep) // it decides in what it keeps from now on
+	}
+	switch {
+	case in&wantJoin != 0:
+		s.stats.joins.Add(1)
+	case in&wantGive != 0:
+		s.stats.gives.Add(1)
+	case in&wantRenew != 0:
+		s.stats.renews.Add(1)
+	}
+	return op, true
+}
+
+// pooledKey reports whether a key of p has no even split in a fleet of n.
+func pooledKey(p share.Params, n int) bool {
+	even := share.Even(n)
+	if even >= share.One {
+		return false
+	}
+	switch p.Kind {
+	case share.Bucket:
+		return p.For(1, share.State{}, 0) > even || p.For(1, share.State{}, 0) < 0
+	}
+	return p.Rate*even < share.One
+}
+
+// OpsDone applies the replies to ops (as NextOps returned them), answered
+// at now (ns), or their failure: err for the whole call, else each reply's
+// Err. unreachable says the store cannot be reached (the breaker is open):
+// requests waiting on the keys are decided under the fallback.
+func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unreachable bool, now int64) {
+	us := share.Micros(now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range ops {
+		ks := s.keys[keyLim{ops[i].Key, ops[i].Limit}]
+		if ks == nil || ks.op == nil || ks.op.Seq != ops[i].Seq {
+			continue
+		}
+		var r share.Reply
+		if err == nil && i < len(replies) {
+			r = replies[i]
+		} else if err == nil {
+			r.Err = errors.New("reconcile: no reply")
+		}
+		switch {
+		case err != nil || r.Err != nil && !keyFault(r.Err):
+			ks.retry = true
+			s.queueRetry(ks)
+			if unreachable {
+				release(ks, Unreachable, 0)
+			}
+		case r.Err != nil:
+			s.fault(ks, r.Err, us)
+		default:
+			s.applied(ks, r, now, us)
+		}
+	}
+}
+
+// queueRetry queues ks's failed op to be sent again. s.mu is held.
+func (s *Shares) queueRetry(ks *keyState) {
+	if !s.queued[ks] {
+		s.queued[ks] = true
+		s.queue = append(s.queue, ks)
+	}
+}
+
+// keyFault reports whether err is the key's own fault rather than the
+// store's (set by the runner: remote.IsKeyFault).
+var keyFault = func(err error) bool { return false }
+
+// SetKeyFault sets the test of a key's own fault (remote.IsKeyFault).
+func SetKeyFault(f func(error) bool) { keyFault = f }
+
+// fault handles a store that refuses a key: decided under the fallback,
+// logged and counted, tried again later. s.mu is held.
+func (s *Shares) fault(ks *keyState, err error, us int64) {
+	s.stats.faults.Add(1)
+	if !ks.faulted {
+		s.log.Warn("reconcile: the store refuses this key: deciding it under the fallback until it is fixed",
+			"key", ks.kl.key, "limit", ks.kl.lim.String(), "err", err)
+	}
+	ks.faulted, ks.faultRetry = true, us+share.Duration(faultRetry)
+	ks.op = nil
+	s.eng.SetFault(ks.kl.key, ks.kl.lim, true)
+	release(ks, Unreachable, 0)
+}
+
+// applied applies reply r to ks's op. s.mu is held.
+func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
+	op := ks.op
+	dbg("t=%d reply %s %v outcome=%v grant=%d growth=%d pool=%+v until=%d lost=%v over=%v", us, ks.kl.key, ks.kl.lim, r.Outcome, r.Grant, r.Growth, r.Pool, r.Until, r.Lost, r.Over)
+	ks.op = nil
+	if ks.faulted {
+		ks.faulted = false
+		s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
+		s.log.Info("reconcile: the store accepts the key again", "key", ks.kl.key, "limit", ks.kl.lim.String())
+	}
+	if r.Lost {
+		s.stats.lost.Add(1)
+		s.log.Warn("reconcile: the store had lost a contest this node held a grant of (evicted, deleted, or a restart): rebuilt from this node's grant",
+			"key", ks.kl.key, "limit", ks.kl.lim.String())
+	}
+	if r.Over {
+		s.stats.over.Add(1)
+	}
+	if r.Outcome == share.Ended {
+		// The contest is gone and the op changed nothing: the key is the
+		// fleet's even split again.
+		ks.phase, ks.epoch, ks.grant = phaseEven, 0, 0
+		s.dropClaim(ks.kl)
+		s.eng.Release(ks.kl.key, ks.kl.lim)
+		if len(ks.waiters) > 0 {
+			release(ks, Retry, 0)
+		}
+		s.forget(ks)
+		return
+	}
+	if op.Leave {
+		ks.phase, ks.grant = phaseHeld, 0
+		return
+	}
+	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
+	ks.expiry = max(ks.expiry, r.Expiry)
+	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
+		// Answered too late to use: lapsed already, as far as the store
+		// will know.
+		s.stats.expired.Add(1)
+		ks.grant = 0
+		s.hold(ks, 0)
+	} else if r.Growth > 0 {
+		pool := ks.params.Decay(r.Pool, r.Now, us)
+		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), pool)
+		s.setClaim(ks.kl, r.Grant)
+	} else {
+		s.hold(ks, r.Grant)
+	}
+	if ks.registered < r.Expiry-share.Duration(s.cfg.Lease) || ks.registered == 0 {
+		// The registry must know the contest lives at least as long.
+		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, Expiry: r.Expiry})
+		ks.registered = r.Expiry
+	}
+	switch r.Outcome {
+	case share.Wait:
+		s.stats.waits.Add(1)
+		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
+	case share.Call:
+		s.stats.calls.Add(1)
+		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
+		if s.wake != nil {
+			s.wake(WakeBeat)
+		}
+	case share.NoRoom:
+		s.stats.noRoom.Add(1)
+		ks.deniedUntil = r.Until
+	}
+	// What the store admitted itself goes to the oldest waiters; every
+	// other decides again in what the node holds now, and one still short
+	// asks again (or, after NoRoom, is refused at once).
+	served := r.Served
+	for len(ks.waiters) > 0 && served >= ks.waiters[0].n {
+		served -= ks.waiters[0].n
+		ks.waiters[0].settle(Admitted, share.Nanos(r.Now))
+		ks.waiters = ks.waiters[1:]
+	}
+	release(ks, Retry, 0)
+	if len(ks.waiters) > 0 && ks.retryAt <= us {
+		s.enqueue(ks, wantAsk)
+	}
+	if ks.intents != 0 {
+		s.queueRetry(ks)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Time.
+
+// Tick runs what time brings at now (ns): grants that lapse, contests that
+// end, leases to renew, idle grants to give back, waits that end, asks to
+// make again. It returns when it next has something to do (ns): the runner
+// calls it by then, and at least every interval.
+func (s *Shares) Tick(now int64) (next int64) {
+	us := share.Micros(now)
+	interval := share.Duration(s.cfg.Interval)
+	margin := 2*interval + 1000
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	valid := us + 3*interval
+	wake := us + interval
+	for _, ks := range s.sortedKeys() {
+		for _, w := range ks.waiters {
+			if w.deadline <= now {
+				w.settle(Expired, 0)
+			} else {
+				wake = min(wake, share.Micros(w.deadline)+1)
+			}
+		}
+		ks.waiters = slices.DeleteFunc(ks.waiters, func(w *Waiter) bool { return w.settled })
+		if ks.deniedUntil != 0 && ks.deniedUntil <= us {
+			ks.deniedUntil = 0
+		}
+		if ks.faulted && ks.faultRetry <= us {
+			ks.faulted = false
+			s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
+		}
+		if ks.phase == phaseHeld {
+			if ks.grant > 0 && ks.leaseEnd-margin <= us {
+				// Lapsed: the store takes it as spent at its end.
+				s.stats.expired.Add(1)
+				ks.grant = 0
+				s.hold(ks, 0)
+			}
+			if ks.grant > 0 && us-ks.rateAt >= 2*interval {
+				s.updateRate(ks, us)
+			}
+			switch {
+			case ks.op != nil || ks.intents != 0:
+			case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us:
+				s.enqueue(ks, wantRenew)
+			case ks.grant > 0 && ks.lastUse < us-3*interval && len(ks.waiters) == 0:
+				s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
+			case ks.grant == 0 && ks.expiry+margin <= us && len(ks.waiters) == 0:
+				// The contest has ended: the even split again.
+				ks.phase, ks.epoch = phaseEven, 0
+				s.dropClaim(ks.kl)
+				s.eng.Release(ks.kl.key, ks.kl.lim)
+			}
+			if ks.grant > 0 {
+				valid = min(valid, ks.leaseEnd-margin)
+			}
+		}
+		if len(ks.waiters) > 0 && ks.op == nil {
+			if ks.retryAt <= us {
+				s.enqueue(ks, wantAsk)
+			} else {
+				wake = min(wake, ks.retryAt)
+			}
+		}
+		s.forget(ks)
+	}
+	s.eng.SetValidUntil(share.Nanos(valid))
+	return share.Nanos(wake)
+}
+
+// sortedKeys returns the keys held, in a fixed order (the simulation
+// replays exactly). s.mu is held.
+func (s *Shares) sortedKeys() []*keyState {
+	out := make([]*keyState, 0, len(s.keys))
+	for _, ks := range s.keys {
+		out = append(out, ks)
+	}
+	slices.SortFunc(out, func(a, b *keyState) int {
+		if c := cmp.Compare(a.kl.key, b.kl.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.kl.lim.String(), b.kl.lim.String())
+	})
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Demand.
+
+// updateRate folds the key's demand since the last look into its rate, and
+// notes when it was last asked for. s.mu is held.
+func (s *Shares) updateRate(ks *keyState, us int64) {
+	var taken [2]local.Spend
+	got := s.eng.TakeKey(share.Nanos(us), ks.kl.key, ks.kl.lim, taken[:0])
+	hits := int64(0)
+	for _, t := range got {
+		hits += t.Hits
+		if t.Hits > 0 {
+			ks.lastUse = max(ks.lastUse, share.Micros(t.Since)) // the engine's: when last asked for
+		}
+	}
+	interval := share.Duration(s.cfg.Interval)
+	dt := float64(max(us-ks.rateAt, interval)) / 1e6
+	if ks.rateAt == 0 {
+		dt = float64(interval) / 1e6
+	}
+	tau := float64(5*s.cfg.Interval) / float64(time.Second)
+	a := 1 - math.Exp(-dt/tau)
+	if ks.rateAt == 0 {
+		a = 1
+	}
+	ks.rate += a * (float64(hits)/dt - ks.rate)
+	ks.rateAt = us
+}
+
+// need is the share the node's demand on ks asks for: its rate, and room for
+// its heaviest request. s.mu is held.
+func (s *Shares) need(ks *keyState) int64 {
+	if ks.rate <= 0 && ks.lastUse == 0 {
+		return 0
+	}
+	return min(max(s.rateShare(ks), s.oneShare(ks)), share.One)
+}
+
+// rateShare is the share whose rate is the node's demand on ks: a share
+// larger would overflow here, its refill wasted, while the pool serves what
+// the node's demand brings beyond it. s.mu is held.
+func (s *Shares) rateShare(ks *keyState) int64 {
+	perSecond := float64(ks.kl.lim.Rate) / ks.kl.lim.Period.Seconds()
+	return min(int64(math.Ceil(ks.rate/perSecond*share.One)), share.One)
+}
+
+// oneShare is the least share that holds the node's heaviest request on ks
+// when full.
+func (s *Shares) oneShare(ks *keyState) int64 {
+	one := ks.params.For(max(ks.maxWeight, 1), share.State{}, 0)
+	if one < 0 {
+		return share.One
+	}
+	return one
+}
+
+// spare is what ks keeps when it answers a call: room for the requests
+// waiting and for its demand until it could ask again (an interval), and
+// nothing when its state has no room at all (its share would only refill
+// here while another node waits for room). Everything else goes back, so a
+// call that brings back too little means the fleet has no room to give.
+// s.mu is held.
+func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
+	soon := ks.want()
+	if ks.lastUse >= us-share.Duration(s.cfg.Interval)/2 {
+		soon += int64(math.Ceil(ks.rate * float64(s.cfg.Interval) / float64(time.Second))) // still asked for
+	}
+	if soon == 0 {
+		return 0
+	}
+	g := ks.params.For(soon, st, us)
+	if g < 0 {
+		return 0
+	}
+	return min(g, share.One)
+}
+
+// ---------------------------------------------------------------------------
+// Leaving and reading.
+
+// Leave queues, for every key this node holds a grant of, its op giving
+// everything back: the node closes.
+func (s *Shares) Leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ks := range s.sortedKeys() {
+		release(ks, Unreachable, 0)
+		if ks.phase == phaseHeld && (ks.grant > 0 || ks.op != nil) {
+			s.enqueue(ks, wantLeave)
+		}
+	}
+}
+
+// Holding returns how many keys still hold a grant or have an op in
+// flight or to send.
+func (s *Shares) Holding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ks := range s.keys {
+		if ks.grant > 0 || ks.op != nil || s.queued[ks] {
+			n++
+		}
+	}
+	return n
+}
+
+// Stats returns the protocol's counters.
+func (s *Shares) Stats() SharesStats {
+	s.mu.Lock()
+	contested := 0
+	for _, ks := range s.keys {
+		if ks.phase == phaseHeld {
+			contested++
+		}
+	}
+	nodes := s.fleet.size()
+	s.mu.Unlock()
+	st := &s.stats
+	return SharesStats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
+		Calls: st.calls.Load(), Waits: st.waits.Load(), NoRoom: st.noRoom.Load(), Lost: st.lost.Load(), Over: st.over.Load(),
+		Faults: st.faults.Load(), Expired: st.expired.Load(), Contested: contested, Nodes: nodes}
+}
+
+// Describe returns ks's state for debugging: phase, epoch, grant, lease.
+func (s *Shares) Describe(key string, lim limit.Limit) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := s.keys[keyLim{key, lim}]
+	if ks == nil {
+		return "even (no state)"
+	}
+	return fmt.Sprintf("%v epoch=%d grant=%d lease=%d expiry=%d waiters=%d op=%v intents=%b", ks.phase, ks.epoch, ks.grant,
+		ks.leaseEnd, ks.expiry, len(ks.waiters), ks.op != nil, ks.intents)
+}

@@ -1,0 +1,106 @@
+package reconcile
+
+import (
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// A key's protocol state on one node (docs/protocol.md draws it).
+//
+// A key nobody contests has no state here: the node decides it in the
+// fleet's even split (or, pooled, in nothing) and the store knows nothing
+// of it. Everything else is one keyState, whose phase says which share the
+// node decides the key in:
+//
+//	even     not contested; here only while a request waits on it (its ask
+//	         creates the contest) or a call must still be answered
+//	held     in contest Epoch, holding Grant (zero: none) until LeaseEnd
+//
+// Orthogonal to the phase: at most one op in flight (a node sends one op per
+// key at a time, and retries the same op, by its sequence number, until the
+// store has answered it), the intents the next op carries, the requests
+// waiting for room, and a refusal the store made until some instant.
+type phase uint8
+
+const (
+	phaseEven phase = iota
+	phaseHeld
+)
+
+func (p phase) String() string { return [...]string{"even", "held"}[p] }
+
+// intent is what a key's next op must do; several may be pending at once
+// and one op carries them all.
+type intent uint8
+
+const (
+	wantJoin  intent = 1 << iota // answer a call: report the even split (or the grant of a lost contest)
+	wantGive                     // give back what it can spare (a call)
+	wantIdle                     // give back everything: the key is idle here
+	wantRenew                    // renew the lease of a grant in use
+	wantAsk                      // requests wait for room
+	wantLeave                    // the node closes: everything back to the pool
+)
+
+// keyLim names a key's state: one per (key, limit).
+type keyLim struct {
+	key string
+	lim limit.Limit
+}
+
+// keyState is one key's protocol state on this node.
+type keyState struct {
+	kl     keyLim
+	params share.Params
+	phase  phase
+	// Epoch is the contest the node holds the key in (store µs; zero in
+	// phase even), Grant its share there, LeaseEnd when the grant lapses
+	// (µs), Expiry the earliest the contest may end (µs).
+	epoch, grant, leaseEnd, expiry int64
+	// callSeen is the latest call processed (µs).
+	callSeen int64
+	// joinEpoch is the contest a pending join answers (µs).
+	joinEpoch int64
+
+	intents intent
+	// op is the op in flight or to retry (nil: none); retry is set when
+	// its last attempt failed.
+	op    *share.Op
+	retry bool
+
+	waiters []*Waiter
+	// retryAt is when to ask again after Wait or Call (µs).
+	retryAt int64
+	// deniedUntil is when the fleet may have room again (µs): until then
+	// requests the node's share cannot admit are refused alone.
+	deniedUntil int64
+
+	// rate is the node's demand on the key (weight per second, a moving
+	// average), rateAt when it was last updated (µs); lastUse is when it
+	// was last asked for (µs); maxWeight the heaviest request seen.
+	rate            float64
+	rateAt, lastUse int64
+	maxWeight       int64
+	// registered is the expiry the registry holds for the contest, as far
+	// as this node has sent or heard (µs).
+	registered int64
+	// faulted: the store refuses the key (a key of another type); retried
+	// at faultRetry (µs).
+	faulted    bool
+	faultRetry int64
+}
+
+// want is the weight of the requests waiting on the key.
+func (ks *keyState) want() int64 {
+	w := int64(0)
+	for _, wt := range ks.waiters {
+		w += wt.n
+	}
+	return w
+}
+
+// idle reports whether the key has nothing in flight, nothing pending and
+// nothing waiting: a key in phase even and idle has no reason to be here.
+func (ks *keyState) idle() bool {
+	return ks.op == nil && ks.intents == 0 && len(ks.waiters) == 0 && ks.deniedUntil == 0 && !ks.faulted
+}

@@ -1,0 +1,280 @@
+// Package share holds the messages of Async mode's share protocol, between a
+// node and the store that keeps contested keys' shares (Redis, through the
+// scripts of package remote; or the Go model a simulation runs), and the
+// arithmetic of shares in the store's units.
+//
+// A node decides a key in its share of the key's limit: a private bucket (or
+// window) holding that fraction of the limit's rate and burst. While the
+// shares of a key add up to at most the whole limit, the fleet never admits
+// more than one exact limiter holding the whole limit would. A key nobody
+// contests is split evenly among the nodes and costs the store nothing. A
+// contested key's shares live in the store: a grant per node and a pool of
+// the share nobody holds. Capacity moves with the spent state it carries: a
+// node that gives up part of its share gives up as much of its state, and a
+// node that grows takes the pool's state with it.
+//
+// The protocol itself, its states and its invariants, is described in
+// docs/protocol.md.
+package share
+
+import (
+	"math"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// One is the whole limit in share units: a share s is the fraction s/One.
+// It equals local.ShareOne.
+const One = 1 << 15
+
+// Kind is how the store holds a limit's state.
+type Kind int
+
+// The kinds of state. The sliding window log has none: its exact log cannot
+// be divided into shares, so Async mode refuses it.
+const (
+	Bucket        Kind = iota // token and leaky buckets, as GCRA: a level
+	FixedWindow               // a window and its count
+	SlidingWindow             // a window, its count and the previous one's
+)
+
+// KindOf returns the kind of lim's state, and false for a limit Async mode
+// cannot share (the sliding window log, a calendar limit).
+func KindOf(lim limit.Limit) (Kind, bool) {
+	if lim.Calendar != limit.NoCalendar {
+		return 0, false
+	}
+	switch lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		return Bucket, true
+	case limit.FixedWindow:
+		return FixedWindow, true
+	case limit.SlidingWindowCounter:
+		return SlidingWindow, true
+	}
+	return 0, false
+}
+
+// State is a limit's state as the whole fleet's, in the store's units: what
+// one exact limiter holding the whole limit would hold. A share g with state
+// x has spent g/One of it.
+//
+//   - Bucket: Level is how far the GCRA theoretical arrival time runs ahead
+//     of the state's time, in ns (0: full).
+//   - FixedWindow: Window is the window's index (time / period), Count the
+//     weight counted in it, in 1/One requests.
+//   - SlidingWindow: as FixedWindow, and Prev the previous window's count.
+type State struct {
+	Level  int64
+	Window int64
+	Count  int64
+	Prev   int64
+}
+
+// Params are what the store needs of a limit, in its units.
+type Params struct {
+	Kind Kind
+	// Interval is a bucket's emission interval and Tolerance its burst
+	// tolerance (capacity × interval; one interval for a leaky meter, which
+	// admits a request only once everything before it has drained), in ns.
+	Interval, Tolerance int64
+	// Capacity is the heaviest request the limit admits.
+	Capacity int64
+	// Period is a window's length in µs, Rate its limit in requests.
+	Period, Rate int64
+}
+
+// ParamsOf returns lim's parameters; ok is false for a limit Async mode
+// cannot share.
+func ParamsOf(lim limit.Limit) (p Params, ok bool) {
+	k, ok := KindOf(lim)
+	if !ok {
+		return p, false
+	}
+	p.Kind, p.Capacity = k, lim.Capacity()
+	if k == Bucket {
+		p.Interval, p.Tolerance = int64(lim.Interval()), int64(lim.Tolerance())
+		if lim.Algorithm == limit.LeakyBucket {
+			p.Tolerance = p.Interval // a meter's burst is one request
+		}
+		return p, true
+	}
+	p.Period, p.Rate = int64(lim.Period/time.Microsecond), lim.Rate
+	return p, true
+}
+
+// Decay returns x, a state as of µs at, as of µs now: a bucket drains one ns
+// per ns, a window rolls over. Time that goes backwards changes nothing.
+func (p Params) Decay(x State, at, now int64) State {
+	if now <= at {
+		return x
+	}
+	if p.Kind == Bucket {
+		x.Level = max(x.Level-(now-at)*1000, 0)
+		return x
+	}
+	cur := now / p.Period
+	switch {
+	case x.Window >= cur:
+	case x.Window == cur-1 && p.Kind == SlidingWindow:
+		x = State{Window: cur, Prev: x.Count}
+	default:
+		x = State{Window: cur}
+	}
+	return x
+}
+
+// Merge returns the state of shares g1 (state x1) and g2 (state x2) joined,
+// both as of µs now: each value weighted by its share, rounded toward spent.
+// Joining never creates room: the joined share admits at most what the two
+// did apart. With g1 + g2 <= 0 it returns x1.
+func (p Params) Merge(g1 int64, x1 State, g2 int64, x2 State) State {
+	g := g1 + g2
+	switch {
+	case g <= 0 || g2 <= 0:
+		return x1
+	case g1 <= 0:
+		return x2
+	}
+	if p.Kind == Bucket {
+		return State{Level: weigh(g1, x1.Level, g2, x2.Level)}
+	}
+	if x1.Window != x2.Window {
+		// Different windows after decay (a clock ahead): the later one's,
+		// its counts spread over the joined share.
+		if x2.Window > x1.Window {
+			x1, g1, x2, g2 = x2, g2, x1, g1
+		}
+		return State{Window: x1.Window, Count: weigh(g1, x1.Count, g, 0), Prev: weigh(g1, x1.Prev, g, 0)}
+	}
+	return State{Window: x1.Window, Count: weigh(g1, x1.Count, g2, x2.Count), Prev: weigh(g1, x1.Prev, g2, x2.Prev)}
+}
+
+// weigh is ceil((g1·a + g2·b) / (g1 + g2)) in float64, as the scripts
+// compute it (Lua's numbers are doubles): exact while the products stay
+// below 2^53, rounded up past it, never down by more than the doubles' own
+// rounding of a value that large.
+func weigh(g1, a, g2, b int64) int64 {
+	num := float64(float64(g1)*float64(a)) + float64(float64(g2)*float64(b))
+	return int64(math.Ceil(num / float64(g1+g2)))
+}
+
+// Room returns how much weight a share g in state x (as of µs now) admits
+// now, in requests, rounded down: a bucket's room below its tolerance, a
+// window's below its rate.
+func (p Params) Room(g int64, x State, now int64) int64 {
+	if g <= 0 {
+		return 0
+	}
+	free := p.free(x, now)
+	if free <= 0 {
+		return 0
+	}
+	return int64(math.Floor(float64(float64(free)*float64(g)) / float64(p.unit()*One)))
+}
+
+// For returns the least share whose room in state x (as of µs now) is at
+// least w requests, or -1 when no share can hold them (x has no room, or a
+// whole share would not).
+func (p Params) For(w int64, x State, now int64) int64 {
+	if w <= 0 {
+		return 0
+	}
+	free := p.free(x, now)
+	if free <= 0 {
+		return -1
+	}
+	g := int64(math.Ceil(float64(float64(w)*float64(p.unit()*One)) / float64(free)))
+	if g > One {
+		return -1
+	}
+	return g
+}
+
+// Grow returns the least share that, joined to share g in state x, makes
+// room for w requests, taken from a pool in state pool (all as of µs now):
+// 0 when g holds them already, -1 when the pool has no room at all.
+func (p Params) Grow(w, g int64, x, pool State, now int64) int64 {
+	short := float64(float64(w)*float64(p.unit()*One)) - float64(float64(g)*float64(max(p.free(x, now), 0)))
+	if short <= 0 {
+		return 0
+	}
+	free := p.free(pool, now)
+	if free <= 0 {
+		return -1
+	}
+	return int64(math.Ceil(short / float64(free)))
+}
+
+// Holds reports whether share g in state x, joined by share d in state pool
+// (all as of µs now), has room for w requests.
+func (p Params) Holds(w, g int64, x State, d int64, pool State, now int64) bool {
+	have := float64(float64(g)*float64(max(p.free(x, now), 0))) + float64(float64(d)*float64(max(p.free(pool, now), 0)))
+	return have >= float64(float64(w)*float64(p.unit()*One))
+}
+
+// unit is one request in the units free counts: a bucket's interval (ns),
+// a window's One.
+func (p Params) unit() int64 {
+	if p.Kind == Bucket {
+		return p.Interval
+	}
+	return One
+}
+
+// free is the room in state x as of µs now, in free's units (ns below the
+// tolerance; 1/One requests below the rate).
+func (p Params) free(x State, now int64) int64 {
+	switch p.Kind {
+	case Bucket:
+		return p.Tolerance - x.Level
+	case FixedWindow:
+		return p.Rate*One - x.Count
+	}
+	start := x.Window * p.Period
+	elapsed := min(max(now-start, 0), p.Period-1)
+	weighted := int64(math.Ceil(float64(float64(x.Prev)*float64(p.Period-elapsed)) / float64(p.Period)))
+	return p.Rate*One - weighted - x.Count
+}
+
+// Spend returns state x of share g (as of µs now) after it admits w
+// requests: the whole fleet's estimate moves by w over g, rounded toward
+// spent.
+func (p Params) Spend(x State, g, w, now int64) State {
+	if g <= 0 || w <= 0 {
+		return x
+	}
+	if p.Kind == Bucket {
+		x.Level += int64(math.Ceil(float64(float64(w)*float64(p.Interval)*One) / float64(g)))
+		return x
+	}
+	x.Count += int64(math.Ceil(float64(float64(w)*One*One) / float64(g)))
+	return x
+}
+
+// Spent returns the state of a share that has spent all it could: what the
+// store takes a share it lost track of to be (a lease that lapsed).
+func (p Params) Spent(now int64) State {
+	if p.Kind == Bucket {
+		return State{Level: p.Capacity * p.Interval}
+	}
+	return State{Window: now / p.Period, Count: p.Rate * One}
+}
+
+// Refill returns how long a spent state takes to be full again, in µs.
+func (p Params) Refill() int64 {
+	if p.Kind == Bucket {
+		return (p.Capacity*p.Interval + 999) / 1000
+	}
+	return 2 * p.Period
+}
+
+// Even is the even split of a fleet of n nodes: One/n, rounded to the
+// nearest unit (local.ShareAmong), One for n <= 1.
+func Even(n int) int64 {
+	if n <= 1 {
+		return One
+	}
+	return int64(math.Round(1 / float64(n) * float64(One)))
+}
