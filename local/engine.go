@@ -285,6 +285,10 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)
+		if e.asks && !degraded && res.Allowed && en.share < ShareOne && !en.has(flagDue) &&
+			(res.Remaining+2)*int64(ShareOne) < int64(en.share)*p.capacity {
+			sh.press(key, en)
+		}
 	}
 	sh.mu.Unlock()
 	return res, nil

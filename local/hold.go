@@ -275,3 +275,44 @@ func (e *Engine) Refuse(now int64, key string, lim limit.Limit, n int64) (limit.
 	}
 	return res, nil
 }
+
+// press puts en on its shard's list of keys under pressure (Asks mode): it
+// admitted a request and has less than half its share's room left. The
+// shard is locked.
+func (sh *shard) press(key string, en *entry) {
+	en.set(flagDue)
+	if len(sh.due) >= 2*sh.keys.Len()+dueKeep {
+		sh.compactDue()
+	}
+	sh.due = append(sh.due, dueRef{key: key, en: en})
+}
+
+// Pressed is a key under pressure: in Asks mode, a key whose share had
+// less than half its room left after a request it admitted.
+type Pressed struct {
+	Key   string
+	Limit limit.Limit
+}
+
+// TakePressed appends to dst, and forgets, the keys under pressure since the
+// last call (Asks mode): the reconciler asks the fleet for more of those
+// whose demand outruns their share before a request is short.
+func (e *Engine) TakePressed(dst []Pressed) []Pressed {
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		for _, d := range sh.due {
+			if d.en.has(flagDue) {
+				d.en.clear(flagDue)
+				dst = append(dst, Pressed{Key: d.key, Limit: d.en.pol.lim})
+			}
+		}
+		clear(sh.due)
+		sh.due = sh.due[:0]
+		if cap(sh.due) > dueKeep {
+			sh.due = nil
+		}
+		sh.mu.Unlock()
+	}
+	return dst
+}

@@ -94,6 +94,7 @@ type Shares struct {
 	seq     int64 // the last op sequence number used
 	beating bool  // a beat is in flight
 	wake    func(Wake)
+	pressed []local.Pressed
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -217,7 +218,7 @@ func (s *Shares) enqueue(ks *keyState, what intent) {
 		s.queued[ks] = true
 		s.queue = append(s.queue, ks)
 	}
-	if s.wake != nil && what&(wantAsk|wantJoin|wantGive) != 0 {
+	if s.wake != nil && what&(wantAsk|wantJoin|wantGive|wantMore) != 0 {
 		s.wake(WakeOps)
 	}
 }
@@ -248,7 +249,7 @@ const (
 // Waiter is a request waiting for room. Done is closed when its Verdict is
 // set (and Notify, if set, is called then, with s's lock held).
 type Waiter struct {
-	n        int64
+	n, at    int64 // weight, and when it was made (µs)
 	deadline int64
 	verdict  Verdict
 	until    int64
@@ -278,13 +279,14 @@ func (w *Waiter) settle(v Verdict, until int64) {
 }
 
 // Short is told of a request of weight n for (key, lim) that the node's
-// share could not admit at now (ns; the engine returned ErrShort). It
+// share could not admit at now (ns; the engine returned ErrShort), made at
+// asked (ns; now, unless it was short before and is back after a wait). It
 // returns refuse and until when the fleet is known to have no room before
 // until (ns); otherwise a Waiter that tells the request what to do within
 // deadline (ns; now + AskWait, or the caller's earlier one). notify, if not
 // nil, is called with the settled waiter under s's lock (the simulation's
 // hook); a caller that blocks selects on Waiter.Done instead.
-func (s *Shares) Short(now int64, key string, lim limit.Limit, n, deadline int64, notify func(*Waiter)) (w *Waiter, refuse bool, until int64) {
+func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadline int64, notify func(*Waiter)) (w *Waiter, refuse bool, until int64) {
 	us := share.Micros(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,15 +296,19 @@ func (s *Shares) Short(now int64, key string, lim limit.Limit, n, deadline int64
 	}
 	ks.lastUse = us
 	ks.maxWeight = max(ks.maxWeight, n)
-	if ks.deniedUntil > us {
-		return nil, true, share.Nanos(ks.deniedUntil)
+	if ks.deniedUntil > us && share.Nanos(ks.deniedUntil) > deadline {
+		return nil, true, share.Nanos(ks.deniedUntil) // no room before it would stop waiting
 	}
-	ks.deniedUntil = 0
+	if ks.deniedUntil > us {
+		ks.retryAt = max(ks.retryAt, ks.deniedUntil) // room then: it waits, and decides again
+	} else {
+		ks.deniedUntil = 0
+	}
 	if s.cfg.AskWait < 0 || deadline <= now {
 		s.forget(ks)
 		return nil, true, now
 	}
-	w = &Waiter{n: n, deadline: deadline, notify: notify}
+	w = &Waiter{n: n, at: share.Micros(min(asked, now)), deadline: deadline, notify: notify}
 	if notify == nil {
 		w.done = make(chan struct{})
 	}
@@ -418,6 +424,18 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	}
 }
 
+// Heard applies a call published on the fleet's channel (remote's
+// pub/sub): the fast path by which a call reaches the nodes, ahead of their
+// next heartbeat, which reads it from the registry all the same.
+func (s *Shares) Heard(c share.Contest, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.read {
+		return // the node's first reading of the registry comes first
+	}
+	s.heard(c, false, share.Micros(now))
+}
+
 // More reports whether the registry has more changes to read: the runner
 // beats again at once.
 func (s *Shares) More() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.more }
@@ -505,7 +523,7 @@ func (s *Shares) NextOps(now int64, limit int) []share.Op {
 func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	in := ks.intents
 	ks.intents = 0
-	if ks.phase == phaseEven && in&(wantJoin|wantAsk) == 0 {
+	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
 	held, st, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
@@ -513,8 +531,14 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		return nil, false
 	}
 	want := ks.want()
+	if ks.params.Kind == share.Meter && len(ks.waiters) > 0 {
+		want = ks.waiters[0].n // a meter passes one request at a time
+	}
 	if want == 0 && in == wantAsk {
 		return nil, false // the waiters are gone
+	}
+	if in&wantMore != 0 {
+		want = max(want, 1) // room for one more, and growth toward its demand
 	}
 	s.updateRate(ks, us)
 	keep := int64(held)
@@ -536,7 +560,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		return nil, false // a call it has nothing to give back to
 	}
 	need := int64(0)
-	if want > 0 || in&wantRenew != 0 && keep > 0 {
+	if want > 0 || in&(wantRenew|wantMore) != 0 && keep > 0 {
 		need = max(s.need(ks), keep) // it grows toward its demand only when it asks or is in use
 	}
 	// A node whose demand could not hold one request of its own is served
@@ -547,8 +571,12 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		need = 0
 	}
 	s.seq++
+	asked := us
+	for _, w := range ks.waiters {
+		asked = min(asked, w.at)
+	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
-		Want: want, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
+		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
 		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq}
 	if ks.phase == phaseEven {
 		op.Epoch = 0
@@ -575,7 +603,7 @@ func pooledKey(p share.Params, n int) bool {
 		return false
 	}
 	switch p.Kind {
-	case share.Bucket:
+	case share.Bucket, share.Meter:
 		return p.For(1, share.State{}, 0) > even || p.For(1, share.State{}, 0) < 0
 	}
 	return p.Rate*even < share.One
@@ -719,7 +747,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	served := r.Served
 	for len(ks.waiters) > 0 && served >= ks.waiters[0].n {
 		served -= ks.waiters[0].n
-		ks.waiters[0].settle(Admitted, share.Nanos(r.Now))
+		ks.waiters[0].settle(Admitted, share.Nanos(r.ServedAt))
 		ks.waiters = ks.waiters[1:]
 	}
 	release(ks, Retry, 0)
@@ -746,6 +774,21 @@ func (s *Shares) Tick(now int64) (next int64) {
 	defer s.mu.Unlock()
 	valid := us + 3*interval
 	wake := us + interval
+	s.pressed = s.eng.TakePressed(s.pressed[:0])
+	for _, p := range s.pressed {
+		ks := s.state(keyLim{p.Key, p.Limit}, true)
+		if ks == nil || ks.op != nil || ks.intents != 0 || ks.deniedUntil > us {
+			continue
+		}
+		s.updateRate(ks, us)
+		held := ks.grant
+		if ks.phase == phaseEven {
+			held = share.Even(s.fleet.size())
+		}
+		if held < share.One && s.rateShare(ks) > held {
+			s.enqueue(ks, wantMore) // its demand outruns its share's refill
+		}
+	}
 	for _, ks := range s.sortedKeys() {
 		for _, w := range ks.waiters {
 			if w.deadline <= now {
@@ -788,12 +831,13 @@ func (s *Shares) Tick(now int64) (next int64) {
 				valid = min(valid, ks.leaseEnd-margin)
 			}
 		}
-		if len(ks.waiters) > 0 && ks.op == nil {
-			if ks.retryAt <= us {
-				s.enqueue(ks, wantAsk)
-			} else {
-				wake = min(wake, ks.retryAt)
-			}
+		switch {
+		case ks.retryAt > us:
+			wake = min(wake, ks.retryAt) // waiters come back to it after each answer
+		case len(ks.waiters) > 0 && ks.op == nil:
+			// Time to try again: each decides again in what the node holds
+			// now (its own refill may hold it), and asks if still short.
+			release(ks, Retry, 0)
 		}
 		s.forget(ks)
 	}

@@ -39,6 +39,7 @@ const (
 	wantIdle                     // give back everything: the key is idle here
 	wantRenew                    // renew the lease of a grant in use
 	wantAsk                      // requests wait for room
+	wantMore                     // its demand outruns its share: room before a request is short
 	wantLeave                    // the node closes: everything back to the pool
 )
 

@@ -26,8 +26,10 @@ type Op struct {
 	At    int64
 	// Want is the weight of the requests waiting for room on this node (0:
 	// none): the store grows the node from the pool as far as they need, if
-	// it can, and otherwise says what to do (Reply.Outcome).
-	Want int64
+	// it can, and otherwise says what to do (Reply.Outcome). AskedAt is when
+	// the oldest of them was made (the store's µs, as the node reads it):
+	// what the pool admits itself (Serve) counts from then.
+	Want, AskedAt int64
 	// Need is the share the node would like to hold for its demand; the
 	// store grows it toward Need from what the pool holds.
 	Need int64
@@ -109,8 +111,10 @@ type Reply struct {
 	Until int64
 	// Served is the weight the store admitted itself, from the pool (an
 	// op with Serve): the node admits that much of its waiting requests,
-	// oldest first, without spending its own share.
-	Served int64
+	// oldest first, without spending its own share. ServedAt is when the
+	// pool counts them (µs): when they were asked for, or the first
+	// instant after that the pool had the room.
+	Served, ServedAt int64
 	// Now is the store's clock at the op (µs).
 	Now int64
 	// Lost: the store had lost the contest the node held (the key evicted

@@ -34,9 +34,10 @@ type Kind int
 // The kinds of state. The sliding window log has none: its exact log cannot
 // be divided into shares, so Async mode refuses it.
 const (
-	Bucket        Kind = iota // token and leaky buckets, as GCRA: a level
+	Bucket        Kind = iota // the token bucket, as GCRA: a level
 	FixedWindow               // a window and its count
 	SlidingWindow             // a window, its count and the previous one's
+	Meter                     // the leaky bucket as a meter: a level, and a request passes once it has drained
 )
 
 // KindOf returns the kind of lim's state, and false for a limit Async mode
@@ -46,8 +47,10 @@ func KindOf(lim limit.Limit) (Kind, bool) {
 		return 0, false
 	}
 	switch lim.Algorithm {
-	case limit.TokenBucket, limit.LeakyBucket:
+	case limit.TokenBucket:
 		return Bucket, true
+	case limit.LeakyBucket:
+		return Meter, true
 	case limit.FixedWindow:
 		return FixedWindow, true
 	case limit.SlidingWindowCounter:
@@ -60,8 +63,8 @@ func KindOf(lim limit.Limit) (Kind, bool) {
 // one exact limiter holding the whole limit would hold. A share g with state
 // x has spent g/One of it.
 //
-//   - Bucket: Level is how far the GCRA theoretical arrival time runs ahead
-//     of the state's time, in ns (0: full).
+//   - Bucket, Meter: Level is how far the GCRA theoretical arrival time runs
+//     ahead of the state's time, in ns (0: full, or drained).
 //   - FixedWindow: Window is the window's index (time / period), Count the
 //     weight counted in it, in 1/One requests.
 //   - SlidingWindow: as FixedWindow, and Prev the previous window's count.
@@ -76,8 +79,7 @@ type State struct {
 type Params struct {
 	Kind Kind
 	// Interval is a bucket's emission interval and Tolerance its burst
-	// tolerance (capacity × interval; one interval for a leaky meter, which
-	// admits a request only once everything before it has drained), in ns.
+	// tolerance (capacity × interval), in ns.
 	Interval, Tolerance int64
 	// Capacity is the heaviest request the limit admits.
 	Capacity int64
@@ -93,11 +95,8 @@ func ParamsOf(lim limit.Limit) (p Params, ok bool) {
 		return p, false
 	}
 	p.Kind, p.Capacity = k, lim.Capacity()
-	if k == Bucket {
+	if k == Bucket || k == Meter {
 		p.Interval, p.Tolerance = int64(lim.Interval()), int64(lim.Tolerance())
-		if lim.Algorithm == limit.LeakyBucket {
-			p.Tolerance = p.Interval // a meter's burst is one request
-		}
 		return p, true
 	}
 	p.Period, p.Rate = int64(lim.Period/time.Microsecond), lim.Rate
@@ -110,7 +109,7 @@ func (p Params) Decay(x State, at, now int64) State {
 	if now <= at {
 		return x
 	}
-	if p.Kind == Bucket {
+	if p.level() {
 		x.Level = max(x.Level-(now-at)*1000, 0)
 		return x
 	}
@@ -137,7 +136,7 @@ func (p Params) Merge(g1 int64, x1 State, g2 int64, x2 State) State {
 	case g1 <= 0:
 		return x2
 	}
-	if p.Kind == Bucket {
+	if p.level() {
 		return State{Level: weigh(g1, x1.Level, g2, x2.Level)}
 	}
 	if x1.Window != x2.Window {
@@ -167,6 +166,12 @@ func (p Params) Room(g int64, x State, now int64) int64 {
 	if g <= 0 {
 		return 0
 	}
+	if p.Kind == Meter {
+		if g >= One && x.Level <= 0 {
+			return p.Capacity // one request, of any weight up to the capacity
+		}
+		return 0
+	}
 	free := p.free(x, now)
 	if free <= 0 {
 		return 0
@@ -180,6 +185,12 @@ func (p Params) Room(g int64, x State, now int64) int64 {
 func (p Params) For(w int64, x State, now int64) int64 {
 	if w <= 0 {
 		return 0
+	}
+	if p.Kind == Meter {
+		if x.Level <= 0 && w <= p.Capacity {
+			return One // the whole meter, drained
+		}
+		return -1
 	}
 	free := p.free(x, now)
 	if free <= 0 {
@@ -196,6 +207,15 @@ func (p Params) For(w int64, x State, now int64) int64 {
 // room for w requests, taken from a pool in state pool (all as of µs now):
 // 0 when g holds them already, -1 when the pool has no room at all.
 func (p Params) Grow(w, g int64, x, pool State, now int64) int64 {
+	if p.Kind == Meter {
+		if g >= One && x.Level <= 0 {
+			return 0
+		}
+		if p.Merge(g, x, One-g, pool).Level <= 0 {
+			return One - g // the whole meter, if that is drained
+		}
+		return -1
+	}
 	short := float64(float64(w)*float64(p.unit()*One)) - float64(float64(g)*float64(max(p.free(x, now), 0)))
 	if short <= 0 {
 		return 0
@@ -210,6 +230,9 @@ func (p Params) Grow(w, g int64, x, pool State, now int64) int64 {
 // Holds reports whether share g in state x, joined by share d in state pool
 // (all as of µs now), has room for w requests.
 func (p Params) Holds(w, g int64, x State, d int64, pool State, now int64) bool {
+	if p.Kind == Meter {
+		return g+d >= One && p.Merge(g, x, d, pool).Level <= 0 && w <= p.Capacity
+	}
 	have := float64(float64(g)*float64(max(p.free(x, now), 0))) + float64(float64(d)*float64(max(p.free(pool, now), 0)))
 	return have >= float64(float64(w)*float64(p.unit()*One))
 }
@@ -217,7 +240,7 @@ func (p Params) Holds(w, g int64, x State, d int64, pool State, now int64) bool 
 // unit is one request in the units free counts: a bucket's interval (ns),
 // a window's One.
 func (p Params) unit() int64 {
-	if p.Kind == Bucket {
+	if p.level() {
 		return p.Interval
 	}
 	return One
@@ -227,7 +250,7 @@ func (p Params) unit() int64 {
 // tolerance; 1/One requests below the rate).
 func (p Params) free(x State, now int64) int64 {
 	switch p.Kind {
-	case Bucket:
+	case Bucket, Meter:
 		return p.Tolerance - x.Level
 	case FixedWindow:
 		return p.Rate*One - x.Count
@@ -238,6 +261,64 @@ func (p Params) free(x State, now int64) int64 {
 	return p.Rate*One - weighted - x.Count
 }
 
+// When returns the µs, from now on, at which share g in state x (as of µs
+// now) has room for w requests if nothing more is spent, or -1 when it never
+// will (g is too small to hold them).
+func (p Params) When(g, w int64, x State, now int64) int64 {
+	if g <= 0 {
+		return -1
+	}
+	if p.Kind == Meter {
+		if g < One || w > p.Capacity {
+			return -1
+		}
+		return now + (max(x.Level, 0)+999)/1000 // once it has drained
+	}
+	need := float64(float64(w)*float64(p.unit()*One)) / float64(g) // free units w needs in g
+	switch p.Kind {
+	case Bucket:
+		most := float64(p.Tolerance) - need // the highest level that leaves the room
+		if most < 0 {
+			return -1
+		}
+		if float64(x.Level) <= most {
+			return now
+		}
+		return now + int64(math.Ceil((float64(x.Level)-most)/1000))
+	case FixedWindow:
+		most := float64(p.Rate*One) - need
+		if most < 0 {
+			return -1
+		}
+		if float64(x.Count) <= most {
+			return now
+		}
+		return (x.Window + 1) * p.Period
+	}
+	most := float64(p.Rate*One) - need
+	if most < 0 {
+		return -1
+	}
+	start := x.Window * p.Period
+	elapsed := min(max(now-start, 0), p.Period-1)
+	if float64(x.Count) <= most {
+		// Within this window, as the previous one's weight decays.
+		if x.Prev == 0 || float64(float64(x.Prev)*float64(p.Period-elapsed))/float64(p.Period)+float64(x.Count) <= most {
+			return now
+		}
+		e := float64(p.Period) * (1 - (most-float64(x.Count))/float64(x.Prev))
+		if e < float64(p.Period) {
+			return start + int64(math.Ceil(e))
+		}
+	}
+	// In the next window, where this one's count weighs as the previous.
+	next := (x.Window + 1) * p.Period
+	if x.Count == 0 || float64(x.Count) <= most {
+		return next
+	}
+	return next + int64(math.Ceil(float64(p.Period)*(1-most/float64(x.Count))))
+}
+
 // Spend returns state x of share g (as of µs now) after it admits w
 // requests: the whole fleet's estimate moves by w over g, rounded toward
 // spent.
@@ -245,7 +326,7 @@ func (p Params) Spend(x State, g, w, now int64) State {
 	if g <= 0 || w <= 0 {
 		return x
 	}
-	if p.Kind == Bucket {
+	if p.level() {
 		x.Level += int64(math.Ceil(float64(float64(w)*float64(p.Interval)*One) / float64(g)))
 		return x
 	}
@@ -256,7 +337,7 @@ func (p Params) Spend(x State, g, w, now int64) State {
 // Spent returns the state of a share that has spent all it could: what the
 // store takes a share it lost track of to be (a lease that lapsed).
 func (p Params) Spent(now int64) State {
-	if p.Kind == Bucket {
+	if p.level() {
 		return State{Level: p.Capacity * p.Interval}
 	}
 	return State{Window: now / p.Period, Count: p.Rate * One}
@@ -264,11 +345,14 @@ func (p Params) Spent(now int64) State {
 
 // Refill returns how long a spent state takes to be full again, in µs.
 func (p Params) Refill() int64 {
-	if p.Kind == Bucket {
+	if p.level() {
 		return (p.Capacity*p.Interval + 999) / 1000
 	}
 	return 2 * p.Period
 }
+
+// level reports whether p's state is a level (the buckets).
+func (p Params) level() bool { return p.Kind == Bucket || p.Kind == Meter }
 
 // Even is the even split of a fleet of n nodes: One/n, rounded to the
 // nearest unit (local.ShareAmong), One for n <= 1.

@@ -50,7 +50,7 @@ func TestTally(t *testing.T) {
 					cat += " " + a
 				}
 			}
-			if strings.Contains(v, "waited 1") || strings.Contains(v, "waited 2") || strings.Contains(v, "waited 3") || strings.Contains(v, "waited 4") || strings.Contains(v, "waited 5") || strings.Contains(v, "waited 6")|| strings.Contains(v, "waited 7")|| strings.Contains(v, "waited 8")|| strings.Contains(v, "waited 9") {
+			if strings.Contains(v, "waited 1") || strings.Contains(v, "waited 2") || strings.Contains(v, "waited 3") || strings.Contains(v, "waited 4") || strings.Contains(v, "waited 5") || strings.Contains(v, "waited 6") || strings.Contains(v, "waited 7") || strings.Contains(v, "waited 8") || strings.Contains(v, "waited 9") {
 				if strings.Contains(v, "µs,") {
 					cat += " quick"
 				} else {
@@ -66,4 +66,10 @@ func TestTally(t *testing.T) {
 	for k, v := range tally {
 		fmt.Printf("%4d %s (seed %d)\n", v, k, examples[k])
 	}
+}
+
+func TestDebugTicks(t *testing.T) {
+	debugTicks = true
+	defer func() { debugTicks = false }()
+	Run(Generate(*seedFlag))
 }

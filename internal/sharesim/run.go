@@ -4,8 +4,8 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
-	"log/slog"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -16,6 +16,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/share"
 )
+
+var debugTicks = false
 
 // base is the Unix time the simulated store's clock starts at.
 const base = int64(1_800_000_000_000_000_000)
@@ -188,6 +190,30 @@ func (s *sim) fault(f Fault) {
 	}
 }
 
+// publish delivers the calls among cs to every other node up, a hop later,
+// as the store's pub/sub does: at most once, and not to a node cut off from
+// the store (nor, one time in fifty, at all).
+func (s *sim) publish(from *node, cs []share.Contest) {
+	for _, c := range cs {
+		if c.CallAt == 0 {
+			continue // a renewal of the registry, not a call
+		}
+		for _, nd := range s.nodes {
+			if nd == from || !nd.up || nd.cut || s.rng.IntN(50) == 0 {
+				continue
+			}
+			s.at(s.now+s.hop(), func() {
+				nd.gate(func() {
+					if nd.cut || !nd.ready {
+						return
+					}
+					nd.sh.Heard(c, nd.mapped())
+				})
+			})
+		}
+	}
+}
+
 // hop is one way's delay of a call.
 func (s *sim) hop() time.Duration {
 	d := time.Duration(100+s.rng.IntN(400)) * time.Microsecond
@@ -261,10 +287,10 @@ type node struct {
 	parked      []func() // what arrived while paused
 	unready     []func() // requests that arrived before its first heartbeat
 
-	beating, beatAgain          bool
-	sending, sendAgain          bool
-	roundAt                     time.Duration // the next round scheduled
-	tickAt                      time.Duration // the next tick scheduled (0: none)
+	beating, beatAgain bool
+	sending, sendAgain bool
+	roundAt            time.Duration // the next round scheduled
+	tickAt             time.Duration // the next tick scheduled (0: none)
 
 	// The breaker.
 	failures int
@@ -370,6 +396,9 @@ func (nd *node) round() {
 func (nd *node) tick() {
 	next := nd.sh.Tick(nd.mapped())
 	at := nd.s.now + time.Duration(next-nd.mapped())
+	if debugTicks {
+		fmt.Printf("node %d tick at %v: next %v (round %v, tickAt %v)\n", nd.idx, nd.s.now, at, nd.roundAt, nd.tickAt)
+	}
 	if at > nd.s.now && (nd.tickAt <= nd.s.now || at < nd.tickAt) && at < nd.roundAt {
 		nd.tickAt = at
 		nd.s.at(at, func() {
@@ -426,7 +455,11 @@ func (nd *node) beat() {
 	}
 	nd.beating = true
 	sent := nd.local()
-	nd.s.call(nd, func(now int64) any { r := nd.s.store.Beat(now, nd.id, *b); return &r }, func(reply any, err error) {
+	nd.s.call(nd, func(now int64) any {
+		r := nd.s.store.Beat(now, nd.id, *b)
+		nd.s.publish(nd, b.Contests)
+		return &r
+	}, func(reply any, err error) {
 		nd.beating = false
 		if !nd.up {
 			return
@@ -533,6 +566,7 @@ type pending struct {
 	n        int64
 	sent     time.Duration
 	deadline int64 // mapped ns: when it stops waiting
+	asked    int64 // mapped ns: when it was first short
 }
 
 func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s.now) }
@@ -566,9 +600,9 @@ func (d *pending) decide() {
 		return
 	}
 	if d.deadline == 0 {
-		d.deadline = now + int64(nd.s.sc.AskWait)
+		d.deadline, d.asked = now+int64(nd.s.sc.AskWait), now
 	}
-	_, refuse, _ := nd.sh.Short(now, d.key, d.lim, d.n, d.deadline, func(w *reconcile.Waiter) {
+	_, refuse, _ := nd.sh.Short(now, d.asked, d.key, d.lim, d.n, d.deadline, func(w *reconcile.Waiter) {
 		// Told under the protocol's lock: picked up as an event at once.
 		nd.s.at(nd.s.now, func() { nd.gate(func() { d.resume(w) }) })
 	})
@@ -594,6 +628,8 @@ func (d *pending) resume(w *reconcile.Waiter) {
 	case reconcile.Unreachable:
 		d.degraded(now)
 	case reconcile.Admitted:
+		// The store counts it when it charged it (when it was asked for,
+		// or when the pool first had the room).
 		d.doneAt(true, Remote, time.Duration(at-base))
 	default:
 		_, _ = nd.eng.Refuse(now, d.key, d.lim, d.n)

@@ -66,10 +66,10 @@ type Record struct {
 	GrowthAt    int64
 	// Seq is the last op applied, and Outcome and Until what it was told:
 	// the same op again is answered again as it was.
-	Seq     int64
-	Outcome share.Outcome
-	Until   int64
-	Served  int64
+	Seq              int64
+	Outcome          share.Outcome
+	Until            int64
+	Served, ServedAt int64
 }
 
 // entry is a registry entry.
@@ -208,7 +208,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// The same op again (its answer was lost): answered as it was.
 	if rec := h.Records[node]; rec != nil && op.Seq != 0 && rec.Seq == op.Seq && !reply.Lost {
 		reply.Outcome, reply.Until, reply.Epoch, reply.Grant, reply.LeaseEnd = rec.Outcome, rec.Until, h.Epoch, rec.Grant, rec.LeaseEnd
-		reply.Growth, reply.Pool, reply.Now, reply.Served = rec.Growth, rec.GrowthState, rec.GrowthAt, rec.Served
+		reply.Growth, reply.Pool, reply.Now, reply.Served, reply.ServedAt = rec.Growth, rec.GrowthState, rec.GrowthAt, rec.Served, rec.ServedAt
 		reply.Expiry = h.Expiry
 		return result{h, reply}
 	}
@@ -272,20 +272,41 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// 5. What it wants: room for Want in its share, grown from the pool.
 	pool := p.Decay(h.PoolState, h.PoolAt, now)
 	growth := int64(0)
-	if op.Want > 0 && op.Serve && keep == 0 && h.Pool > 0 && p.Room(h.Pool, pool, now) >= op.Want {
-		// Served from the pool: the node holds nothing of it.
-		h.PoolState, h.PoolAt = p.Spend(pool, h.Pool, op.Want, now), now
-		pool = h.PoolState
-		reply.Served = op.Want
-	} else if op.Want > 0 {
-		if d := p.Grow(op.Want, keep, state, pool, now); d > 0 && d <= h.Pool {
-			growth = d
-		} else if d != 0 {
-			if h.Pool > 0 && p.Room(h.Pool, pool, now) > 0 {
-				growth = h.Pool // what there is
+	switch {
+	case op.Want > 0 && op.Serve && keep == 0:
+		// Served from the pool, the node holding nothing of it, and charged
+		// when the node asked (no earlier than the pool's state): a
+		// request counts at the time it was made, not a round trip late.
+		at := min(max(op.AskedAt, h.PoolAt), now)
+		if h.Pool > 0 {
+			if t := p.When(h.Pool, op.Want, p.Decay(h.PoolState, h.PoolAt, at), at); t >= 0 && t <= now {
+				x := p.Decay(h.PoolState, h.PoolAt, t)
+				h.PoolState, h.PoolAt = p.Spend(x, h.Pool, op.Want, t), t
+				pool = p.Decay(h.PoolState, h.PoolAt, now)
+				reply.Served, reply.ServedAt = op.Want, t
+				break
 			}
-			if !p.Holds(op.Want, keep, state, growth, pool, now) {
-				reply.Outcome, reply.Until = short(p, h, now, node, set)
+		}
+		reply.Outcome, reply.Until = short(p, h, now, node, set)
+		if reply.Outcome == share.NoRoom && !holders(h, node) {
+			reply.Until = until(p, h.Pool, op.Want, pool, now, set) // the pool's own refill
+		}
+	case op.Want > 0:
+		d := p.Grow(op.Want, keep, state, pool, now)
+		if d > 0 && d <= h.Pool {
+			growth = d
+			break
+		} else if d == 0 {
+			break
+		}
+		if h.Pool > 0 && p.Room(h.Pool, pool, now) > 0 {
+			growth = h.Pool // what there is
+		}
+		if !p.Holds(op.Want, keep, state, growth, pool, now) {
+			reply.Outcome, reply.Until = short(p, h, now, node, set)
+			if reply.Outcome == share.NoRoom && !holders(h, node) {
+				// It holds all there is: the room comes from its own refill.
+				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
 			}
 		}
 	}
@@ -306,7 +327,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		rec.Grant += growth
 		rec.Growth, rec.GrowthState = growth, pool
 	}
-	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served = now, op.Seq, reply.Outcome, reply.Until, reply.Served
+	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served, rec.ServedAt = now, op.Seq, reply.Outcome, reply.Until, reply.Served, reply.ServedAt
 	if rec.Grant > 0 {
 		rec.LeaseEnd = now + set.Lease
 	}
@@ -353,6 +374,25 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		return share.Call, 0
 	}
 	return share.NoRoom, h.Quiet
+}
+
+// holders reports whether a node other than node holds a grant of h.
+func holders(h *Hash, node string) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// until is when share g in state x has room for w, at the earliest now,
+// and a cooldown from now when it never will.
+func until(p share.Params, g, w int64, x share.State, now int64, set share.Settings) int64 {
+	if t := p.When(g, w, x, now); t >= 0 {
+		return max(t, now)
+	}
+	return now + set.Cooldown
 }
 
 // alone reports whether no node but node holds a grant of h.
