@@ -470,7 +470,7 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		ks.expiry = max(ks.expiry, c.Expiry)
 		if c.CallAt > ks.callSeen {
 			ks.callSeen = c.CallAt
-			if ks.grant > 0 && ks.op == nil && len(ks.waiters) == 0 {
+			if ks.grant > 0 && ks.op == nil && len(ks.waiters) == 0 && c.CallAt != ks.called {
 				s.enqueue(ks, wantGive)
 			}
 		}
@@ -732,6 +732,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
 	case share.Call:
 		s.stats.calls.Add(1)
+		ks.called = r.Now
 		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
 		if s.wake != nil {

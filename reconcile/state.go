@@ -58,8 +58,9 @@ type keyState struct {
 	// phase even), Grant its share there, LeaseEnd when the grant lapses
 	// (µs), Expiry the earliest the contest may end (µs).
 	epoch, grant, leaseEnd, expiry int64
-	// callSeen is the latest call processed (µs).
-	callSeen int64
+	// callSeen is the latest call processed (µs), called the latest this
+	// node made itself (a node does not answer its own call).
+	callSeen, called int64
 	// joinEpoch is the contest a pending join answers (µs).
 	joinEpoch int64
 

@@ -2,6 +2,8 @@ package sharesim
 
 import (
 	"fmt"
+
+	"github.com/hybridlimit/hybridlimit/clock"
 	"slices"
 	"strings"
 	"time"
@@ -62,6 +64,16 @@ type span struct {
 	from, to time.Duration
 	wipes    int           // the store lost its data
 	step     time.Duration // a node's clock stepped by this much
+	// cut: a node cut off from the store while the others reach it: it
+	// decides degraded in one over the fleet while the others, once its
+	// grants have lapsed, divide the rest (a rate, over the cut).
+	cut bool
+	// change is the capacity a change of the fleet may count twice, as a
+	// fraction of the limit's: one even split ((N−1)/N) for a node joining,
+	// leaving or a fault that makes every node decide in one over the
+	// fleet; H(N)−1 for a fleet that starts together, each node seeing the
+	// fleet as it was at its first heartbeat.
+	change float64
 }
 
 // disturbed returns the spans around sc's faults and changes of the fleet,
@@ -75,9 +87,10 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 	rounds := 3*sc.Interval + callTimeout + sc.AskWait
 	before := 2*sc.Interval + callTimeout
 	store := openFor + sc.ActiveWindow + sc.Lease + refill + rounds
+	n := float64(len(sc.Nodes))
 	var out []span
 	add := func(from, to, settle time.Duration, wipes int, step time.Duration) {
-		out = append(out, span{from: from - before, to: to + settle, wipes: wipes, step: step})
+		out = append(out, span{from: from - before, to: to + settle, wipes: wipes, step: step, change: (n - 1) / n})
 	}
 	for _, f := range sc.Faults {
 		wipes := 0
@@ -85,9 +98,27 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 			wipes = 1
 		}
 		add(f.From, f.To, store, wipes, 0)
+		if f.Kind == Partition {
+			out[len(out)-1].cut = true
+		}
+	}
+	starting := 0
+	for _, nd := range sc.Nodes {
+		if nd.Join == 0 {
+			starting++
+		}
+	}
+	if starting > 1 {
+		// Each node decides in one over the fleet it saw at its first
+		// heartbeat until its next: the first alone, the second of two...
+		// and a contest made meanwhile counts none of it.
+		add(0, 0, rounds, 0, 0)
+		out[len(out)-1].change = harmonic(starting)
 	}
 	for _, n := range sc.Nodes {
-		add(n.Join, n.Join, rounds, 0, 0) // a node joining (the fleet forming, at 0)
+		if n.Join > 0 {
+			add(n.Join, n.Join, rounds, 0, 0)
+		}
 		if n.Leave < sc.Duration {
 			settle := sc.ActiveWindow + rounds // the others divide by as many as they saw
 			if n.Crash {
@@ -99,10 +130,21 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 			add(p.From, p.To, rounds+sc.Lease, 0, 0)
 		}
 		if n.Step != 0 {
-			add(n.StepAt, n.StepAt, rounds, 0, n.Step)
+			// A step below the offset's step threshold is slewed away, at
+			// 5% at most: the node's clock stays off that long.
+			add(n.StepAt, n.StepAt, rounds+time.Duration(float64(abs(n.Step))/clock.DefaultMaxSlew), 0, n.Step)
 		}
 	}
 	return out
+}
+
+// harmonic is 1 + 1/2 + ... + 1/n.
+func harmonic(n int) float64 {
+	h := 0.0
+	for i := 1; i <= n; i++ {
+		h += 1 / float64(i)
+	}
+	return h
 }
 
 // Check holds rec to the promises.
@@ -168,9 +210,13 @@ func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
 	slices.Sort(lengths)
 	lengths = slices.Compact(lengths)
 	for _, w := range lengths {
-		exactW := w
+		// Each node reads the store's clock through its own, aligned within
+		// half a round trip and moving forward as the estimate improves:
+		// admissions a node spaces by the limit may sit that much closer on
+		// the store's clock, and window edges that much apart.
+		exactW := w + time.Millisecond
 		if !lim.Algorithm.IsBucket() {
-			exactW += 2 * time.Millisecond // window edges on clocks aligned within a round trip
+			exactW += time.Millisecond
 		}
 		exact := float64(fleetcheck.ExactMax(lim.Algorithm, lim.Rate, lim.Period, lim.Burst, key.Weight, exactW))
 		strict := exact + c*n/65536
@@ -194,23 +240,16 @@ func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
 			}
 			r.Windows++
 			from, to := events[i].At, events[i].At+w
+			// Each disturbance the window meets adds its own term.
 			bound := strict
 			for _, sp := range spans {
 				if sp.to >= from && sp.from <= to {
-					bound = max(bound, exact+c*n/65536+c*(n-1)/n+perSecond*(1.1*sc.Interval.Seconds()+0.01)/n+
-						c*float64(sp.wipes)+perSecond*abs(sp.step).Seconds())
+					bound += sp.change*c + perSecond*(1.1*sc.Interval.Seconds()+0.01)/n +
+						c*float64(sp.wipes) + perSecond*abs(sp.step).Seconds()
+					if sp.cut {
+						bound += perSecond * (min(to, sp.to) - max(from, sp.from)).Seconds() / n
+					}
 				}
-			}
-			// Nodes deciding degraded on a stale count, and wipes, add up
-			// over a window that holds several spans.
-			wipes := 0
-			for _, sp := range spans {
-				if sp.to >= from && sp.from <= to {
-					wipes += sp.wipes
-				}
-			}
-			if wipes > 1 {
-				bound += c * float64(wipes-1)
 			}
 			excess := float64(sum) - bound
 			if excess > r.Worst {

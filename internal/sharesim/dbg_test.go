@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
 	"github.com/hybridlimit/hybridlimit/reconcile"
 )
 
@@ -25,7 +26,7 @@ func TestDebugStats(t *testing.T) {
 	}
 	for _, d := range rec.Decisions {
 		if sc.Keys[sc.Requests[d.Req].Key].Name == *keyFlag {
-			fmt.Printf("decision node %d sent %v at %v n=%d allowed=%v src=%d\n", d.Node, d.Sent, d.At, d.N, d.Allowed, d.Source)
+			fmt.Printf("decision node %d lim %d sent %v at %v n=%d allowed=%v src=%d\n", d.Node, d.Limit, d.Sent, d.At, d.N, d.Allowed, d.Source)
 		}
 	}
 	t.Log(Check(rec).Summary())
@@ -71,5 +72,15 @@ func TestTally(t *testing.T) {
 func TestDebugTicks(t *testing.T) {
 	debugTicks = true
 	defer func() { debugTicks = false }()
+	Run(Generate(*seedFlag))
+}
+
+func TestDebugStore(t *testing.T) {
+	storemodel.Debug = func(s string) {
+		if *keyFlag == "" || strings.Contains(s, " "+*keyFlag+" ") {
+			fmt.Println(s)
+		}
+	}
+	defer func() { storemodel.Debug = nil }()
 	Run(Generate(*seedFlag))
 }

@@ -8,6 +8,7 @@
 package storemodel
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -129,13 +130,31 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	}
 	k := kl{op.Key, op.Limit}
 	h := m.Hash(now, op.Key, op.Limit)
+	var before string
+	if h != nil && Debug != nil {
+		before = fmt.Sprintf("pool=%d joins=%d recs=%v", h.Pool, h.Joins, recs(h))
+	}
 	r := apply(p, h, now, node, set, op)
+	if Debug != nil && r.hash != nil {
+		Debug(fmt.Sprintf("t=%d store %s %s op{ep=%d held=%d keep=%d want=%d need=%d join=%v serve=%v} before[%s] after pool=%d joins=%d recs=%v out=%v growth=%d", now, node, op.Key, op.Epoch, op.Held, op.Keep, op.Want, op.Need, op.Join, op.Serve, before, r.hash.Pool, r.hash.Joins, recs(r.hash), r.reply.Outcome, r.reply.Growth))
+	}
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
 		m.keys[k] = r.hash
 	}
 	return r.reply
+}
+
+// Debug, if set, is told of every op (debugging).
+var Debug func(string)
+
+func recs(h *Hash) string {
+	out := ""
+	for _, id := range sortedNodes(h.Records) {
+		out += fmt.Sprintf("%s:%d ", id, h.Records[id].Grant)
+	}
+	return out
 }
 
 // result is what applying an op leaves: the hash (nil: none) and the reply.
@@ -263,6 +282,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	}
 	rec.Grant = keep
 	if op.Leave {
+		if total := h.Pool + h.Unknown + granted(h); total > share.One {
+			h.Pool -= total - share.One
+		}
 		rec.Seq, rec.Outcome, rec.GrowthAt = op.Seq, share.Done, now
 		reply.Epoch = h.Epoch
 		reply.Expiry = extend(p, h, now, set)
@@ -331,6 +353,12 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	if rec.Grant > 0 {
 		rec.LeaseEnd = now + set.Lease
 	}
+	// The shares never add up to more than the whole limit: a node that
+	// joined with a larger even split than the contest counted (it saw a
+	// smaller fleet) is believed, and the pool owes the difference.
+	if total := h.Pool + h.Unknown + granted(h); total > share.One {
+		h.Pool -= total - share.One
+	}
 	reply.Epoch, reply.Grant, reply.Growth, reply.Pool, reply.LeaseEnd = h.Epoch, rec.Grant, growth, pool, rec.LeaseEnd
 	reply.Expiry = extend(p, h, now, set)
 	return result{h, reply}
@@ -374,6 +402,15 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		return share.Call, 0
 	}
 	return share.NoRoom, h.Quiet
+}
+
+// granted is the sum of the records' grants.
+func granted(h *Hash) int64 {
+	g := int64(0)
+	for _, rec := range h.Records {
+		g += rec.Grant
+	}
+	return g
 }
 
 // holders reports whether a node other than node holds a grant of h.
