@@ -267,7 +267,13 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	switch p.lim.Algorithm {
 	case limit.TokenBucket:
+		if e.asks && en.st[0] <= now {
+			en.ex, en.exSince = now, now // its share is full: the shadow starts again from it
+		}
 		tokenBucket(&res, &en.st, now, p, weight, en.share)
+		if e.asks && res.Allowed && weight > 0 {
+			en.ex = max(en.ex, now) + ratemath.MulSat(weight, p.interval)
+		}
 	case limit.LeakyBucket:
 		leakyMeter(&res, &en.st, now, p, weight, en.share)
 	case limit.FixedWindow:

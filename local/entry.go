@@ -2,12 +2,17 @@ package local
 
 import "github.com/hybridlimit/hybridlimit/limit"
 
-// entry is one (key, limit)'s state. It is 48 bytes, one allocation size
+// entry is one (key, limit)'s state. It is 64 bytes, one allocation size
 // class, which with the LRU's own element and map slot keeps a million keys
 // well under 200 MiB; do not grow it without measuring
 // (BenchmarkMemoryPerKey, TestMillionKeysFitIn200MiB).
 type entry struct {
 	st    [3]int64 // algorithm state: each algorithm's file says what the words hold
+	// ex and exSince are a token bucket's shadow in Asks mode (hold.go):
+	// the theoretical arrival time one exact bucket holding the whole limit
+	// would have if this node alone admitted, since exSince, when this
+	// node's share was last full.
+	ex, exSince int64
 	pol   *policy  // the limit this state belongs to, interned per shard
 	spent uint32   // admitted since the reconciler last took it (window algorithms: in window st[0])
 	hits  uint32   // demand asked for since the last take, admitted or not (saturating)

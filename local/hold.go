@@ -177,14 +177,34 @@ func (e *Engine) GrowBy(now int64, key string, lim limit.Limit, growth Share, po
 	return true
 }
 
+// Shadow is what a token bucket's state says beyond its share's (Snapshot):
+// whether the share is full and since when, and the exact bucket's level if
+// this node alone admitted since its share was last full.
+type Shadow struct {
+	// Full is when the share's state became full (Unix ns), or -1 when it
+	// is not full.
+	Full int64
+	// Level is the shadow's level (ns: how far one exact bucket holding the
+	// whole limit would run ahead of now), Since when the shadow began (Unix
+	// ns: when the share was last full); Level is -1 for a limit with no
+	// shadow.
+	Level, Since int64
+}
+
 // Snapshot returns the share (key, lim) is decided in now (0: none), and
 // its state in the store's units as of now: what the node reports. A key the
 // engine does not hold is made (from the record of its eviction, if it was
 // evicted spent), as AllowN would make it. ok is false for a key or limit
 // that is not valid.
-func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, ok bool) {
+func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, sh Shadow, ok bool) {
+	held, st, sh, ok = e.snapshot(now, key, lim)
+	return
+}
+
+func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, shadow Shadow, ok bool) {
+	shadow = Shadow{Full: -1, Level: -1}
 	if limit.CheckKey(key) != nil {
-		return 0, st, false
+		return 0, st, shadow, false
 	}
 	h := e.hash(key)
 	sh := e.shardOf(h)
@@ -192,7 +212,7 @@ func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, s
 	defer sh.mu.Unlock()
 	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err != nil {
-		return 0, st, false
+		return 0, st, shadow, false
 	}
 	now = sh.at(now)
 	if !en.pol.lim.Algorithm.IsBucket() {
@@ -210,7 +230,32 @@ func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, s
 			held = 0
 		}
 	}
-	return held, snapshot(en, now), true
+	if en.pol.lim.Algorithm == limit.TokenBucket {
+		if en.st[0] <= now {
+			// Full, and the shadow (which refills as fast or faster) too.
+			shadow.Full, shadow.Level, shadow.Since = max(en.st[0], 0), 0, now
+		} else {
+			shadow.Level, shadow.Since = max(en.ex-now, 0), en.exSince
+		}
+	}
+	return held, snapshot(en, now), shadow, true
+}
+
+// Replace drops the state of a contested key for the grant that comes next
+// (GrowBy): the store answered that the whole fleet's exact state is
+// known, which replaces this node's share of it. It returns whether the
+// engine holds the key.
+func (e *Engine) Replace(key string, lim limit.Limit) bool {
+	h := e.hash(key)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	en := sh.peek(key, lim)
+	if en == nil {
+		return false
+	}
+	en.set(flagContested | flagEmpty)
+	return true
 }
 
 // snapshot is en's state in the store's units as of now (Unix ns): the

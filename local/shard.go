@@ -167,6 +167,7 @@ func (sh *shard) restore(en *entry, h uint64, now int64) {
 	switch p.lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
 		en.st[0] = min(now+int64(frac*float64(p.tolerance)), freshAt)
+		en.ex, en.exSince = en.st[0], now // no shadow fresher than what the record says
 	case limit.FixedWindow, limit.SlidingWindowCounter:
 		w := p.index(now)
 		en.st[0] = w

@@ -526,7 +526,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
-	held, st, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
+	held, st, shadow, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
 	if !ok {
 		return nil, false
 	}
@@ -571,13 +571,17 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		need = 0
 	}
 	s.seq++
-	asked := us
+	asked := int64(0) // the latest of the requests waiting: what the pool admits counts once they all were made
 	for _, w := range ks.waiters {
-		asked = min(asked, w.at)
+		asked = max(asked, w.at)
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
 		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
-		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq}
+		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq,
+		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
+	if shadow.Full >= 0 {
+		op.Full = share.Micros(shadow.Full)
+	}
 	if ks.phase == phaseEven {
 		op.Epoch = 0
 	}
@@ -708,6 +712,9 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
 	ks.expiry = max(ks.expiry, r.Expiry)
+	if r.Replace {
+		s.eng.Replace(ks.kl.key, ks.kl.lim) // the growth carries the exact state
+	}
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
 		// will know.

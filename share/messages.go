@@ -27,8 +27,8 @@ type Op struct {
 	// Want is the weight of the requests waiting for room on this node (0:
 	// none): the store grows the node from the pool as far as they need, if
 	// it can, and otherwise says what to do (Reply.Outcome). AskedAt is when
-	// the oldest of them was made (the store's µs, as the node reads it):
-	// what the pool admits itself (Serve) counts from then.
+	// the latest of them was made (the store's µs, as the node reads it):
+	// what the pool admits itself (Serve) counts from then, when all were.
 	Want, AskedAt int64
 	// Need is the share the node would like to hold for its demand; the
 	// store grows it toward Need from what the pool holds.
@@ -45,6 +45,14 @@ type Op struct {
 	// pool when Pooled, and One − Fleet even splits in it otherwise.
 	Fleet  int
 	Pooled bool
+	// Full is when the node's state of a token bucket became full (µs; 0:
+	// it never held any), -1 when it is not full. Shadow is, for a token
+	// bucket, the level one exact bucket holding the whole limit would have
+	// now (ns, as of At) had this node alone admitted since ShadowSince
+	// (µs), when its share was last full; -1 for none. A contest whose
+	// creator's shadow covers a time every other node spent full knows the
+	// exact state: the creator's shadow.
+	Full, Shadow, ShadowSince int64
 	// Join marks the answer to a call, which counts toward the joins the
 	// contest waits for. An op of a node that was not in the contest (Epoch
 	// zero, or an earlier one) counts as a join whether marked or not.
@@ -124,6 +132,10 @@ type Reply struct {
 	// Over: the node held more than the store's record of it (it decided
 	// degraded): the store believed it, taking the excess from the pool.
 	Over bool
+	// Replace: the node's state is replaced, not joined: it gave its share
+	// back, and its Growth carries the whole fleet's exact state (its
+	// shadow, every other node having spent nothing since).
+	Replace bool
 	// Err is this op's own fault (a key of another type), if any.
 	Err error
 }

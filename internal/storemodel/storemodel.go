@@ -51,6 +51,13 @@ type Hash struct {
 	// Unknown is share held by nodes the store lost track of (a rebuilt
 	// contest), returned to the pool as wholly spent at UnknownUntil.
 	Unknown, UnknownUntil int64
+	// ExNode is the node that made the contest from its even split, and
+	// ExSince the start of its shadow then (µs): while every node that
+	// joined had spent nothing since (ExOK), the creator's shadow is the
+	// whole key's exact state, and its first growth takes that state.
+	ExNode  string
+	ExSince int64
+	ExOK    bool
 	// Records holds each node's record.
 	Records map[string]*Record
 }
@@ -136,7 +143,7 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	}
 	r := apply(p, h, now, node, set, op)
 	if Debug != nil && r.hash != nil {
-		Debug(fmt.Sprintf("t=%d store %s %s op{ep=%d held=%d keep=%d want=%d need=%d join=%v serve=%v} before[%s] after pool=%d joins=%d recs=%v out=%v growth=%d", now, node, op.Key, op.Epoch, op.Held, op.Keep, op.Want, op.Need, op.Join, op.Serve, before, r.hash.Pool, r.hash.Joins, recs(r.hash), r.reply.Outcome, r.reply.Growth))
+		Debug(fmt.Sprintf("t=%d store %s %s op{ep=%d held=%d keep=%d want=%d need=%d join=%v serve=%v st=%+v at=%d} before[%s] after pool=%d joins=%d recs=%v out=%v growth=%d", now, node, op.Key, op.Epoch, op.Held, op.Keep, op.Want, op.Need, op.Join, op.Serve, op.State, op.At, before, r.hash.Pool, r.hash.Joins, recs(r.hash), r.reply.Outcome, r.reply.Growth))
 	}
 	if r.hash == nil {
 		delete(m.keys, k)
@@ -203,6 +210,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		if op.Epoch == 0 {
 			h.Records[node] = &Record{Grant: held} // its even split, outside the pool
+			if !op.Pooled && op.Shadow >= 0 {
+				h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
+			}
 		} else {
 			h.Records[node] = &Record{} // it held nothing of the contest that ended
 			held, keep = 0, 0
@@ -255,6 +265,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if h.Joins > 0 {
 			h.Joins--
 		}
+		if held > 0 && (op.Full < 0 || op.Full > h.ExSince || keep > 0) {
+			h.ExOK = false // it spent during the creator's shadow, or keeps some
+		}
 	case rec == nil:
 		rec = &Record{}
 		h.Records[node] = rec
@@ -275,6 +288,20 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		rec.Grant = held
 	}
 	rec.Growth = 0
+
+	// The creator's shadow, once every node has joined having spent
+	// nothing during it: its split goes back to the pool, which takes the
+	// shadow's state, the whole key's exact state.
+	if h.ExOK && node == h.ExNode && h.Joins == 0 && op.Shadow >= 0 && op.ShadowSince >= h.ExSince && !op.Leave &&
+		held == rec.Grant && h.Unknown == 0 && !holders(h, node) {
+		h.ExOK = false
+		h.Pool += held
+		h.PoolState, h.PoolAt = p.Decay(share.State{Level: op.Shadow}, op.At, now), now
+		rec.Grant, held, keep = 0, 0, 0
+		reply.Replace = true
+	} else if node == h.ExNode && op.Epoch == h.Epoch && h.Joins == 0 {
+		h.ExOK = false // the chance has passed
+	}
 
 	// 4. What it gives back.
 	if held > keep {
@@ -306,6 +333,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				h.PoolState, h.PoolAt = p.Spend(x, h.Pool, op.Want, t), t
 				pool = p.Decay(h.PoolState, h.PoolAt, now)
 				reply.Served, reply.ServedAt = op.Want, t
+				h.ExOK = false // the pool spent: the creator's shadow no longer holds everything
 				break
 			}
 		}
@@ -345,6 +373,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Fails, h.Quiet, h.CallAt = 0, 0, 0 // room found: any call made is answered
 	}
 	if growth > 0 {
+		if node != h.ExNode {
+			h.ExOK = false
+		}
 		h.Pool -= growth
 		rec.Grant += growth
 		rec.Growth, rec.GrowthState = growth, pool
