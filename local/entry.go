@@ -7,18 +7,18 @@ import "github.com/hybridlimit/hybridlimit/limit"
 // well under 200 MiB; do not grow it without measuring
 // (BenchmarkMemoryPerKey, TestMillionKeysFitIn200MiB).
 type entry struct {
-	st    [3]int64 // algorithm state: each algorithm's file says what the words hold
+	st [3]int64 // algorithm state: each algorithm's file says what the words hold
 	// ex and exSince are a token bucket's shadow in Asks mode (hold.go):
 	// the theoretical arrival time one exact bucket holding the whole limit
 	// would have if this node alone admitted, since exSince, when this
 	// node's share was last full.
 	ex, exSince int64
-	pol   *policy  // the limit this state belongs to, interned per shard
-	spent uint32   // admitted since the reconciler last took it (window algorithms: in window st[0])
-	hits  uint32   // demand asked for since the last take, admitted or not (saturating)
-	since uint32   // engine ticks (ms) when spent and hits began to accumulate
-	share Share    // the share the state is expressed in
-	flags uint16   // see the flag constants
+	pol         *policy // the limit this state belongs to, interned per shard
+	spent       uint32  // admitted since the reconciler last took it (window algorithms: in window st[0])
+	hits        uint32  // demand asked for since the last take, admitted or not (saturating)
+	since       uint32  // engine ticks (ms) when spent and hits began to accumulate
+	share       Share   // the share the state is expressed in
+	flags       uint16  // see the flag constants
 }
 
 // Entry flags.
