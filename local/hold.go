@@ -241,20 +241,25 @@ func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, s
 	return held, snapshot(en, now), shadow, true
 }
 
-// Replace drops the state of a contested key for the grant that comes next
-// (GrowBy): the store answered that the whole fleet's exact state is
-// known, which replaces this node's share of it. It returns whether the
-// engine holds the key.
-func (e *Engine) Replace(key string, lim limit.Limit) bool {
+// Replace makes a contested token bucket's state its shadow, in share s:
+// the store answered that the whole fleet's exact state is this node's
+// shadow (every other node having spent nothing since it began), which
+// replaces this node's share of the state. The shadow as it is now counts
+// what the node admitted after it reported. It returns whether the engine
+// holds the key.
+func (e *Engine) Replace(key string, lim limit.Limit, s Share) bool {
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	en := sh.peek(key, lim)
-	if en == nil {
+	if en == nil || en.pol.lim.Algorithm != limit.TokenBucket || s == 0 {
 		return false
 	}
-	en.set(flagContested | flagEmpty)
+	en.set(flagContested)
+	en.clear(flagEmpty)
+	en.share = min(s, ShareOne)
+	en.st[0], en.st[1] = en.ex, 0
 	return true
 }
 

@@ -712,18 +712,19 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
 	ks.expiry = max(ks.expiry, r.Expiry)
-	if r.Replace {
-		s.eng.Replace(ks.kl.key, ks.kl.lim) // the growth carries the exact state
-	}
+	replaced := r.Replace && s.eng.Replace(ks.kl.key, ks.kl.lim, local.Share(r.Grant)) // its shadow is the exact state
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
 		// will know.
 		s.stats.expired.Add(1)
 		ks.grant = 0
 		s.hold(ks, 0)
+	} else if replaced {
+		s.setClaim(ks.kl, r.Grant)
 	} else if r.Growth > 0 {
-		pool := ks.params.Decay(r.Pool, r.Now, us)
-		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), pool)
+		// The pool's state as the store sent it, not refilled to this
+		// node's clock: a clock running ahead would refill it early.
+		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), r.Pool)
 		s.setClaim(ks.kl, r.Grant)
 	} else {
 		s.hold(ks, r.Grant)

@@ -289,7 +289,7 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 	for i, d := range sent {
 		reqs[i] = fleetcheck.Timed{Unix: base + int64(d.Sent), N: d.N}
 	}
-	if ok, _, _ := fleetcheck.Conforms(lim, 1, reqs); !ok {
+	if !conforms(lim, reqs, margin) {
 		return
 	}
 	spans := disturbed(sc, refillOf(lim))
