@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // hang bounds a wait that only a hang would reach, on a loaded 2-core
@@ -648,6 +649,34 @@ func TestGatewayClientLabels(t *testing.T) {
 	assert.NotContains(t, body, "rate_limit_client_exceeded_total")
 }
 
+// A rules file over -rules-max-size (1 MiB by default) stops the gateway
+// at start with the file's size and the bound, before it is parsed; a
+// reload to one keeps the rules in force and says why.
+func TestGatewayRulesFileSizeBound(t *testing.T) {
+	up := newUpstream(t, nil)
+	large := rulesFile(t, largeRules(rules.DefaultMaxFileSize+1))
+	_, err := tryGateway(t, "-upstream", up.URL, "-rules", large)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, large+": the file is over the size bound of 1 MiB (1048576 bytes) on a rules file: it is 1.0 MiB (1048577 bytes)")
+	startGateway(t, "-upstream", up.URL, "-rules", large, "-rules-max-size", "2MiB")
+
+	path := rulesFile(t, threePerHour)
+	g := startGateway(t, "-upstream", up.URL, "-rules", path, "-rules-max-size", "4KiB")
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(largeRules(5000)), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+	require.Eventually(t, func() bool { return strings.Contains(g.out.String(), "over the size bound of 4 KiB") }, hang, 10*time.Millisecond,
+		"the reload is refused:\n%s", g.out)
+	assert.Contains(t, g.out.String(), "rules not reloaded: keeping the old ones")
+	admitted := 0
+	for range 4 {
+		if status, _, _ := get(t, g.base+"/api"); status == http.StatusOK {
+			admitted++
+		}
+	}
+	assert.Equal(t, 3, admitted, "the rules in force: 3 an hour")
+}
+
 func TestGatewayFlagErrors(t *testing.T) {
 	up := "http://127.0.0.1:1"
 	for _, tc := range []struct {
@@ -665,6 +694,7 @@ func TestGatewayFlagErrors(t *testing.T) {
 		{[]string{"-upstream", up, "-trusted-proxies", "10.1.2.3/8"}, "-trusted-proxies"},
 		{[]string{"-upstream", up, "-upstream-fail-statuses", "5xx"}, `status "5xx"`},
 		{[]string{"-upstream", up, "-read-timeout", "-1s"}, "-read-timeout -1s is negative"},
+		{[]string{"-upstream", up, "-rules-max-size", "0"}, "-rules-max-size 0 must be positive"},
 		{[]string{"-upstream", up, "extra"}, "unexpected arguments"},
 	} {
 		var out strings.Builder
