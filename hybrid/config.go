@@ -75,6 +75,7 @@ const (
 	DefaultSyncInterval   = 20 * time.Millisecond
 	DefaultRedisTimeout   = 50 * time.Millisecond
 	DefaultStartupTimeout = 2 * time.Second
+	DefaultEvictionCheck  = 10 * time.Second
 )
 
 // Config configures a Limiter. The zero value is a local-only limiter with
@@ -184,6 +185,12 @@ type Config struct {
 	// fleet, and would take each limit whole. When Redis answers at start,
 	// FleetSize is not needed: the node learns the fleet from Redis.
 	StartDegraded bool
+	// EvictionCheck is how often the limiter reads Redis's count of evicted
+	// keys (INFO stats), to log and count evictions that may have taken its
+	// own keys (Stats().Faults.Evictions): one cheap command per node. Zero
+	// means 10 s; negative, never. The maxmemory-policy is read at start
+	// whatever it is.
+	EvictionCheck time.Duration
 	// StartupTimeout bounds New's first contact with Redis, the whole of it
 	// (loading the scripts, the eviction check, the first heartbeat): the
 	// per-call timeouts do not apply, so a Redis that is slow at start is
@@ -194,7 +201,8 @@ type Config struct {
 	// Logger receives, once each: the breaker's transitions (open with its
 	// cause, and open again after a failed probe, at Warn; half-open and
 	// closed at Info), the start (Warn) and the end (Info) of degraded mode,
-	// an eviction policy that can evict the limiter's keys, a key of another
+	// an eviction policy that can evict the limiter's keys, the first keys
+	// Redis is seen to evict while the limiter runs, a key of another
 	// type in Redis (once per key), a clock step, and any lost spend. It is
 	// called outside the limiter's and the breaker's locks. Nil means
 	// slog.Default().
@@ -251,6 +259,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartupTimeout == 0 {
 		c.StartupTimeout = DefaultStartupTimeout
+	}
+	if c.EvictionCheck == 0 {
+		c.EvictionCheck = DefaultEvictionCheck
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
