@@ -268,14 +268,12 @@ func TestSlidingLogDenialIsLogarithmic(t *testing.T) {
 	require.NoError(t, err)
 	_, err = srv.Do("SLOWLOG", "RESET")
 	require.NoError(t, err)
-	for range 20 {
+	for range 20 { // side by side, so that both meet the same machine
 		d, err := s.AllowN(bg, "big", lim, 1)
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
 		assert.Positive(t, d.RetryAfter)
-	}
-	for range 20 {
-		_, err := s.AllowN(bg, fmt.Sprint("small", 0), lim, 1)
+		_, err = s.AllowN(bg, fmt.Sprint("small", 0), lim, 1)
 		require.NoError(t, err)
 	}
 	logs, err := c.SlowLogGet(bg, 1024).Result()
@@ -298,9 +296,12 @@ func TestSlidingLogDenialIsLogarithmic(t *testing.T) {
 	med, ref := denials[len(denials)/2], admissions[len(admissions)/2]
 	t.Logf("SLOWLOG at %d requests in the log: median denial %v (slowest %v); median admission on an empty log %v",
 		n, med, denials[len(denials)-1], ref)
-	// The median is what a starved scheduler cannot stretch: a preempted
-	// call or two lengthen only the tail.
-	assert.Less(t, med, 2*time.Millisecond, "a denial costs Redis no more than a few lookups")
+	// Against the admission measured beside it, not a time: a Redis
+	// sharing busy CPUs takes longer for both. The median is what a
+	// preempted call or two cannot stretch. A denial that read the log
+	// would cost a thousand times an admission (40 to 75 ms); the binary
+	// search, about two or three.
+	assert.LessOrEqual(t, med, 10*ref, "a denial costs Redis no more than a few lookups")
 }
 
 // The retry-after of a log denial is when enough weight has left, weights
