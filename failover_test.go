@@ -67,6 +67,7 @@ func runFailover(t *testing.T, kill bool) {
 	// causing it may fail the test.
 	stalls := startStallMeter(t)
 	start, stop, wait := driveInBackground(nodes, failoverHang)
+	t.Cleanup(stop) // a failover that fails the test stops the load too
 	time.Sleep(time.Until(start.Add(failoverAt)))
 	old := sen.Master()
 	if kill {
