@@ -14,12 +14,13 @@ test: tools vet
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 ## test-under-load: `make test` RUNS times (5) while `stress-ng --cpu LOAD` (2) keeps the CPUs busy
-## beside it, as on a loaded developer's machine; says how many runs passed (installs stress-ng first)
+## beside it, as on a loaded developer's machine; says how each run went (passed or failed, its time,
+## the tests that failed) and how many passed (installs stress-ng first). PKGS narrows it: PKGS=./rules
 RUNS ?= 5
 LOAD ?= 2
 test-under-load: tools
 	@scripts/ensure-stress
-	RUNS=$(RUNS) LOAD=$(LOAD) MAKE="$(MAKE)" scripts/test-under-load
+	RUNS=$(RUNS) LOAD=$(LOAD) PKGS="$(PKGS)" MAKE="$(MAKE)" scripts/test-under-load
 
 ## demo: a live demonstration of the limiter
 demo: tools

@@ -135,19 +135,19 @@ var scenarios = []scenario{
 
 func clientOpts(o *redis.Options) {
 	o.MaxRetries = -1
-	o.DialTimeout = 200 * time.Millisecond
-	o.ReadTimeout = 200 * time.Millisecond
-	o.WriteTimeout = 200 * time.Millisecond
-	o.PoolTimeout = 200 * time.Millisecond
+	o.DialTimeout = clientTimeout
+	o.ReadTimeout = clientTimeout
+	o.WriteTimeout = clientTimeout
+	o.PoolTimeout = clientTimeout
 }
 
 func clusterOpts(o *redis.ClusterOptions) {
 	o.MaxRetries = -1
 	o.MaxRedirects = 1
-	o.DialTimeout = 200 * time.Millisecond
-	o.ReadTimeout = 200 * time.Millisecond
-	o.WriteTimeout = 200 * time.Millisecond
-	o.PoolTimeout = 200 * time.Millisecond
+	o.DialTimeout = clientTimeout
+	o.ReadTimeout = clientTimeout
+	o.WriteTimeout = clientTimeout
+	o.PoolTimeout = clientTimeout
 }
 
 func TestChaos(t *testing.T) {
@@ -187,7 +187,8 @@ func runScenario(t *testing.T, sc scenario) {
 
 	nodes := startFleet(t, hybrid.Config{Prefix: e.prefix, Mode: sc.mode, SyncInterval: chaosInterval, Ledger: true,
 		RedisTimeout: redisTimeout, BreakerOpenFor: 200 * time.Millisecond}, nodeClient)
-	start, wait := driveInBackground(nodes, runFor)
+	stalls := startStallMeter(t)
+	start, _, wait := driveInBackground(nodes, runFor)
 	time.Sleep(time.Until(start.Add(faultAt)))
 	sc.inject(t, e)
 	injected := time.Since(start)
@@ -201,7 +202,7 @@ func runScenario(t *testing.T, sc scenario) {
 	assert.NoError(t, tl.FirstError)
 
 	// 2. Nobody waited on Redis.
-	assertNoWait(t, nodes, sc.mode)
+	assertNoWait(t, nodes, sc.mode, stalls.Worst())
 
 	// 3. Within the bound, while degraded and over the run. A wiped Redis
 	// forgot the spend before the fault: one more burst may pass again.
@@ -223,8 +224,8 @@ func runScenario(t *testing.T, sc scenario) {
 	if sc.degrades {
 		assert.Positive(t, degraded, "the fault degraded the fleet")
 	}
-	t.Logf("admitted %d of %d offered (bound %.0f); during the fault %d (bound %.0f); degraded decisions %d; slowest %v; measured %+v",
-		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes), m)
+	t.Logf("admitted %d of %d offered (bound %.0f); during the fault %d (bound %.0f); degraded decisions %d; slowest %v; stalls up to %v; measured %+v",
+		total.Admitted, total.Offered, whole, during, outage, degraded, slowest(nodes), stalls.Worst(), m)
 
 	// 4. The breaker closes after Redis returns.
 	assertRecovers(t, nodes, 15*time.Second)

@@ -26,7 +26,10 @@ func fail(context.Context) (int, error) { return 0, errBoom }
 func TestOpensAfterConsecutiveFailuresAndProbesBack(t *testing.T) {
 	var transitions []string
 	var mu sync.Mutex
-	b := New(Settings{Name: "t", Failures: 3, OpenFor: 50 * time.Millisecond, OnStateChange: func(from, to State) {
+	// Open for long enough that no stall of the machine's lets the call
+	// after the opening through as a probe; the test then waits it out.
+	const openFor = 500 * time.Millisecond
+	b := New(Settings{Name: "t", Failures: 3, OpenFor: openFor, OnStateChange: func(from, to State) {
 		mu.Lock()
 		transitions = append(transitions, from.String()+">"+to.String())
 		mu.Unlock()
@@ -49,7 +52,7 @@ func TestOpensAfterConsecutiveFailuresAndProbesBack(t *testing.T) {
 	assert.ErrorIs(t, err, ErrOpen)
 	assert.False(t, called, "an open breaker calls nothing")
 
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(b.ProbeIn(time.Now()) + 10*time.Millisecond)
 	v, err := Call(bg, b, 0, ok) // the probe
 	require.NoError(t, err)
 	assert.Equal(t, 1, v)
@@ -83,15 +86,17 @@ func TestTimeoutDoesNotWaitForTheCall(t *testing.T) {
 	b := New(Settings{Timeout: 20 * time.Millisecond, Failures: 1})
 	release := make(chan struct{})
 	finished := make(chan struct{})
-	start := time.Now()
 	_, err := Call(bg, b, 0, func(context.Context) (int, error) {
 		defer close(finished)
-		<-release // deaf to the context
+		<-release // deaf to the context: it returns only once released, after Call
 		return 1, nil
 	})
-	waited := time.Since(start)
 	assert.ErrorIs(t, err, ErrTimeout)
-	assert.Less(t, waited, time.Second, "returned at the timeout, not when the call finished")
+	select {
+	case <-finished:
+		t.Fatal("Call returned only once the call finished")
+	default: // returned at the timeout, while the call still runs
+	}
 	assert.Equal(t, Open, b.State(), "a timeout is a failure")
 	assert.Equal(t, uint64(1), b.Counts().Timeouts)
 	close(release)
@@ -111,7 +116,9 @@ func TestInlineCallsHonourTheContext(t *testing.T) {
 
 func TestPerCallTimeoutOverridesTheDefault(t *testing.T) {
 	b := New(Settings{Timeout: 10 * time.Millisecond})
-	v, err := Call(bg, b, 200*time.Millisecond, func(context.Context) (int, error) {
+	// The call outlasts the default timeout for sure; the one given, only a
+	// machine stalled ten seconds could make it outlast.
+	v, err := Call(bg, b, 10*time.Second, func(context.Context) (int, error) {
 		time.Sleep(30 * time.Millisecond)
 		return 7, nil
 	})

@@ -75,6 +75,7 @@ const (
 	DefaultSyncInterval   = 20 * time.Millisecond
 	DefaultRedisTimeout   = 50 * time.Millisecond
 	DefaultStartupTimeout = 2 * time.Second
+	DefaultEvictionCheck  = 10 * time.Second
 )
 
 // Config configures a Limiter. The zero value is a local-only limiter with
@@ -125,10 +126,12 @@ type Config struct {
 	// evicted key never comes back with a burst it had used, while the
 	// keys evicted spent within their refill time number at most MaxKeys
 	// (beyond, the records turning fresh first are forgotten and counted in
-	// Stats().EvictionsForgotten). Zero means 1,048,576. About 200 bytes a
-	// key held, and 32 more for the records once keys are evicted; under a
-	// flood of new keys evicting as many, about 1.2 times that
-	// (docs/benchmarks.md).
+	// Stats().EvictionsForgotten). Zero means 1,048,576. About 200 bytes of
+	// live heap a key held (keys of up to 16 bytes), and 32 more for the
+	// records once keys are evicted; a process holds up
+	// to about twice its live heap under Go's default GOGC, garbage not yet
+	// collected included: set GOMEMLIMIT to bound it (docs/benchmarks.md,
+	// "Memory: a million keys").
 	MaxKeys int
 	// MaxPending bounds the keys the reconciler keeps counts for: keys
 	// reported recently, and keys with spend Redis has not acknowledged
@@ -184,6 +187,12 @@ type Config struct {
 	// fleet, and would take each limit whole. When Redis answers at start,
 	// FleetSize is not needed: the node learns the fleet from Redis.
 	StartDegraded bool
+	// EvictionCheck is how often the limiter reads Redis's count of evicted
+	// keys (INFO stats), to log and count evictions that may have taken its
+	// own keys (Stats().Faults.Evictions): one cheap command per node. Zero
+	// means 10 s; negative, never. The maxmemory-policy is read at start
+	// whatever it is.
+	EvictionCheck time.Duration
 	// StartupTimeout bounds New's first contact with Redis, the whole of it
 	// (loading the scripts, the eviction check, the first heartbeat): the
 	// per-call timeouts do not apply, so a Redis that is slow at start is
@@ -194,7 +203,8 @@ type Config struct {
 	// Logger receives, once each: the breaker's transitions (open with its
 	// cause, and open again after a failed probe, at Warn; half-open and
 	// closed at Info), the start (Warn) and the end (Info) of degraded mode,
-	// an eviction policy that can evict the limiter's keys, a key of another
+	// an eviction policy that can evict the limiter's keys, the first keys
+	// Redis is seen to evict while the limiter runs, a key of another
 	// type in Redis (once per key), a clock step, and any lost spend. It is
 	// called outside the limiter's and the breaker's locks. Nil means
 	// slog.Default().
@@ -251,6 +261,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartupTimeout == 0 {
 		c.StartupTimeout = DefaultStartupTimeout
+	}
+	if c.EvictionCheck == 0 {
+		c.EvictionCheck = DefaultEvictionCheck
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}

@@ -27,6 +27,13 @@ type Faults struct {
 	// either one, in either direction, each recognised at the round after
 	// it and corrected at once.
 	ClockSteps uint64
+	// Evictions counts the keys Redis evicted to stay under maxmemory while
+	// the limiter ran: INFO stats' evicted_keys, every master summed, read
+	// every Config.EvictionCheck, its increase since start. They are keys of
+	// any owner (a Redis shared with other data counts theirs too); any of
+	// them may have been the limiter's, whose spend was then forgotten (see
+	// docs/redis.md). The first increase is logged.
+	Evictions uint64
 }
 
 // DecisionCalls counts the calls to Redis the decision path made (Sync mode:
@@ -46,6 +53,18 @@ type faultState struct {
 	calls                          [3]atomic.Uint64 // by breaker.State
 	degradedLogged                 atomic.Bool      // the degraded mode the log last announced
 	degradedSince                  atomic.Int64     // Unix ns of the announced start
+
+	// Redis's count of evicted keys: the last read and whether there was
+	// one, when it was read (Unix ns on the limiter's clock), whether a read
+	// is in flight, whether INFO is denied (then it is never read again),
+	// the increase since the first read, and whether it was logged.
+	evictedSeen    atomic.Int64
+	evictedKnown   atomic.Bool
+	evictedAt      atomic.Int64
+	evictedReading atomic.Bool
+	evictedDenied  atomic.Bool
+	evictions      atomic.Uint64
+	evictedLogged  atomic.Bool
 
 	mu     sync.Mutex
 	logged map[string]struct{} // keys whose fault was logged, up to maxLoggedKeys
@@ -149,8 +168,14 @@ func (l *Limiter) clockStep(s clock.Step) {
 }
 
 // checkEviction reads Redis's maxmemory-policy at start, and warns when it
-// can evict the limiter's keys or cannot be read.
+// can evict the limiter's keys or cannot be read; and reads Redis's count of
+// evicted keys, which watchEvictions follows from then on.
 func (l *Limiter) checkEviction(ctx context.Context) {
+	if l.cfg.EvictionCheck >= 0 {
+		l.faults.evictedAt.Store(l.clock.Now().UnixNano())
+		n, err := l.store.EvictedKeys(ctx)
+		l.noteEvictions(n, err)
+	}
 	policy, err := l.store.MaxmemoryPolicy(ctx)
 	switch {
 	case errors.Is(err, remote.ErrCannotCheck):
@@ -160,10 +185,70 @@ func (l *Limiter) checkEviction(ctx context.Context) {
 	case err != nil:
 		l.faults.unchecked.Store(1)
 		l.log.Warn("hybrid: could not check redis's maxmemory-policy", "err", err)
+	case policy == "volatile-ttl":
+		l.faults.evicting.Store(1)
+		l.log.Warn("hybrid: redis's maxmemory-policy can evict the limiter's keys: an evicted key forgets its spend and hands out a fresh burst; "+
+			"volatile-ttl evicts the keys in use first (a key's time to live is its time to refill: a short limit's keys have the shortest); use noeviction",
+			"maxmemory_policy", policy)
 	case remote.EvictsKeys(policy):
 		l.faults.evicting.Store(1)
 		l.log.Warn("hybrid: redis's maxmemory-policy can evict the limiter's keys: an evicted key forgets its spend and hands out a fresh burst; use noeviction",
 			"maxmemory_policy", policy)
+	}
+}
+
+// watchEvictions reads Redis's count of evicted keys again once
+// Config.EvictionCheck has passed since the last read, on a goroutine of
+// its own so that the round it follows is not held up, through the breaker
+// and only while it is closed. It runs after every round.
+func (l *Limiter) watchEvictions() {
+	f := &l.faults
+	every := l.cfg.EvictionCheck
+	if every < 0 || f.evictedDenied.Load() || l.closed.Load() || !l.breaker.Healthy() {
+		return
+	}
+	now := l.clock.Now().UnixNano()
+	if now-f.evictedAt.Load() < int64(every) || !f.evictedReading.CompareAndSwap(false, true) {
+		return
+	}
+	f.evictedAt.Store(now)
+	l.done.Add(1) // on the reconciler's goroutine, itself counted: Close's Wait has not returned
+	go func() {
+		defer l.done.Done()
+		defer f.evictedReading.Store(false)
+		l.noteEvictions(breaker.Call(context.Background(), l.breaker, 0, l.store.EvictedKeys))
+	}()
+}
+
+// noteEvictions counts what Redis evicted since the last read, total being
+// its count now, and logs the first increase. The first read only sets the
+// count to follow; a read INFO is denied for ends the watch (the policy
+// check has said it could not check); any other failure waits for the next.
+func (l *Limiter) noteEvictions(total int64, err error) {
+	f := &l.faults
+	switch {
+	case errors.Is(err, remote.ErrCannotCheck):
+		f.evictedDenied.Store(true)
+		return
+	case err != nil:
+		return
+	}
+	last := f.evictedSeen.Swap(total)
+	if !f.evictedKnown.Swap(true) {
+		return
+	}
+	more := total - last
+	if total < last {
+		more = total // a master restarted or failed over: its count began again
+	}
+	if more <= 0 {
+		return
+	}
+	f.evictions.Add(uint64(more))
+	if f.evictedLogged.CompareAndSwap(false, true) {
+		l.log.Warn("hybrid: redis evicted keys to stay under maxmemory: any of the limiter's keys among them forgot their spend and handed out a fresh burst; "+
+			"use maxmemory-policy noeviction and size maxmemory for the limiter (counted in Stats().Faults.Evictions; logged once)",
+			"evicted", more)
 	}
 }
 

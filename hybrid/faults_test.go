@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/remote"
 )
 
 // logged is a slog.Handler that keeps every record, for tests that check
@@ -308,6 +309,7 @@ func TestEvictionPolicyIsCheckedAtStart(t *testing.T) {
 		{policy: "noeviction"},
 		{policy: "allkeys-lru", warn: "can evict", evict: 1},
 		{policy: "volatile-lru", warn: "can evict", evict: 1},
+		{policy: "volatile-ttl", warn: "volatile-ttl evicts the keys in use first", evict: 1},
 		{policy: "noeviction", user: true, warn: "could not check", uncheck: 1},
 	} {
 		t.Run(fmt.Sprintf("%s user=%v", tc.policy, tc.user), func(t *testing.T) {
@@ -333,6 +335,69 @@ func TestEvictionPolicyIsCheckedAtStart(t *testing.T) {
 			if tc.evict > 0 {
 				assert.Equal(t, tc.policy, got[0].attrs["maxmemory_policy"])
 			}
+		})
+	}
+}
+
+// Evictions are watched while the limiter runs, not only the policy at
+// start: Redis's count of evicted keys is read every EvictionCheck, and an
+// increase is counted in Faults.Evictions and logged once. The Redis is
+// full under volatile-ttl, which evicts the key in use first (see
+// remote's TestVolatileTTLEvictsTheKeysInUseFirst: 300 of 300 admitted
+// there, where 100 are allowed); a Sync node's decisions name its estimate
+// of the key, so each time the key is found gone it is restored from it
+// (StateLost) and the node admits what is allowed, no more.
+func TestEvictionsAreLoggedAndCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+	}{{"watched", 20 * time.Millisecond}, {"not watched", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", "volatile-ttl", "--maxmemory-samples", "64"))
+			other := srv.Client(t)
+			log, h := newLogger()
+			l := newLimiter(t, Config{Redis: client(t, srv), Mode: Sync, RedisTimeout: 5 * time.Second, SyncInterval: 10 * time.Millisecond,
+				EvictionCheck: tc.every, Logger: log})
+			require.Len(t, h.find("volatile-ttl evicts the keys in use first"), 1, "\n%s", h)
+			for i := range 100 { // another client's data, living a day, fills Redis
+				require.NoError(t, other.Set(bg, fmt.Sprint("old:", i), strings.Repeat("v", 20<<10), 24*time.Hour).Err())
+			}
+			lim := Per(100, time.Hour)
+			admitted := 0
+			for i := range 300 {
+				d, err := l.Allow(bg, "hot", lim)
+				require.NoError(t, err)
+				require.Equal(t, Remote, d.Source)
+				if d.Allowed {
+					admitted++
+				}
+				require.NoError(t, other.Set(bg, fmt.Sprint("new:", i), strings.Repeat("v", 2<<10), 24*time.Hour).Err())
+			}
+			assert.Equal(t, 100, admitted, "restored from the node's estimate each time")
+			assert.Positive(t, l.Stats().StateLost, "the key was found gone")
+
+			if tc.every < 0 {
+				rounds := l.Stats().Reconcile.Rounds
+				require.Eventually(t, func() bool { return l.Stats().Reconcile.Rounds >= rounds+20 }, 10*time.Second, 5*time.Millisecond)
+				assert.Zero(t, l.Stats().Faults.Evictions, "never read")
+				assert.Empty(t, h.find("redis evicted keys"))
+				return
+			}
+			require.Eventually(t, func() bool { return l.Stats().Faults.Evictions > 0 }, 10*time.Second, 5*time.Millisecond)
+			more := l.Stats().Faults.Evictions
+			for i := range 100 {
+				require.NoError(t, other.Set(bg, fmt.Sprint("more:", i), strings.Repeat("v", 20<<10), 24*time.Hour).Err())
+			}
+			require.Eventually(t, func() bool { return l.Stats().Faults.Evictions > more }, 10*time.Second, 5*time.Millisecond, "counted again")
+			got := h.find("redis evicted keys")
+			require.Len(t, got, 1, "logged once\n%s", h)
+			assert.Equal(t, slog.LevelWarn, got[0].level)
+			evicted, err := remote.New(other, remote.Options{})
+			require.NoError(t, err)
+			n, err := evicted.EvictedKeys(bg)
+			require.NoError(t, err)
+			assert.LessOrEqual(t, l.Stats().Faults.Evictions, uint64(n), "no more than Redis evicted")
 		})
 	}
 }

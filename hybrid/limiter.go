@@ -208,6 +208,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 // also ends a start that was degraded before the breaker saw any failure.
 func (l *Limiter) afterRound(info reconcile.RoundInfo) {
 	l.checkForgotten()
+	l.watchEvictions()
 	if info.Err == nil && l.breaker.Healthy() {
 		l.engine.SetDegraded(false)
 		l.noteDegraded()
@@ -588,7 +589,8 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	s := Stats{Mode: l.mode, Degraded: l.engine.Degraded(), Keys: l.engine.Len(), ClockOffset: l.offset.Applied()}
 	f := &l.faults
-	s.Faults = Faults{EvictingPolicy: f.evicting.Load(), UncheckedPolicy: f.unchecked.Load(), KeyFaults: f.keyFaults.Load(), ClockSteps: l.offset.Steps()}
+	s.Faults = Faults{EvictingPolicy: f.evicting.Load(), UncheckedPolicy: f.unchecked.Load(), KeyFaults: f.keyFaults.Load(), ClockSteps: l.offset.Steps(),
+		Evictions: f.evictions.Load()}
 	s.DecisionCalls = DecisionCalls{Closed: f.calls[breaker.Closed].Load(), Probes: f.calls[breaker.HalfOpen].Load(), Open: f.calls[breaker.Open].Load()}
 	if l.breaker != nil {
 		s.Breaker, s.BreakerCounts = l.breaker.State(), l.breaker.Counts()

@@ -5,7 +5,7 @@ import "github.com/hybridlimit/hybridlimit/limit"
 // entry is one (key, limit)'s state. It is 64 bytes, one allocation size
 // class, which with the LRU's own element and map slot keeps a million keys
 // well under 200 MiB; do not grow it without measuring
-// (BenchmarkMemoryPerKey, TestMillionKeysFitIn200MiB).
+// (BenchmarkMemoryPerKey, TestMemoryPerKeyUnderAFlood).
 type entry struct {
 	st [3]int64 // algorithm state: each algorithm's file says what the words hold
 	// ex and exSince are a token bucket's shadow in Asks mode (hold.go):

@@ -75,7 +75,7 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		nodes:   desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
 		offset:  desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
 		faults: desc("faults_total",
-			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher). Should stay 0.", "fault"),
+			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher), keys Redis evicted (any of them may have been the limiter's). Should stay 0.", "fault"),
 		heavyRefused: desc("heavy_refused_total",
 			"Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once."),
 		deferred:    desc("sync_reports_deferred_total", "Async key reports due that waited for a later round (MaxReports a round)."),
@@ -139,6 +139,7 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.faults, f.ClockSteps, "clock_step")
 	counter(c.faults, s.StateLost, "state_lost")
 	counter(c.faults, s.EvictionsForgotten, "eviction_forgotten")
+	counter(c.faults, f.Evictions, "redis_evicted_keys")
 	counter(c.heavyRefused, s.HeavyRefused)
 	counter(c.deferred, rc.Deferred)
 	counter(c.escalations, rc.Escalations)

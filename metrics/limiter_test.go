@@ -79,7 +79,7 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		EvictionsForgotten: 28,
 		Keys:               1234,
 		ClockOffset:        -2500 * time.Microsecond,
-		Faults:             hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2},
+		Faults:             hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2, Evictions: 29},
 		DecisionCalls:      hybrid.DecisionCalls{Closed: 90, Probes: 3, Open: 0},
 	}
 	c := newLimiterCollector(func() hybrid.Stats { return stats }, "edge")
@@ -106,12 +106,13 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_degraded 1 while the limiter decides under its fallback because Redis failed, else 0.
 		# TYPE edge_degraded gauge
 		edge_degraded 1
-		# HELP edge_faults_total Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher). Should stay 0.
+		# HELP edge_faults_total Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher), keys Redis evicted (any of them may have been the limiter's). Should stay 0.
 		# TYPE edge_faults_total counter
 		edge_faults_total{fault="clock_step"} 2
 		edge_faults_total{fault="evicting_policy"} 1
 		edge_faults_total{fault="eviction_forgotten"} 28
 		edge_faults_total{fault="key_of_another_type"} 10
+		edge_faults_total{fault="redis_evicted_keys"} 29
 		edge_faults_total{fault="state_lost"} 26
 		edge_faults_total{fault="unchecked_policy"} 0
 		# HELP edge_fleet_nodes Nodes active in the fleet, as Redis reported at the last successful round.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -84,3 +85,54 @@ func maxmemoryPolicy(ctx context.Context, c redis.Cmdable) (string, error) {
 // a time to live. An evicted key's state starts afresh: spend that was
 // counted is forgotten.
 func EvictsKeys(policy string) bool { return policy != "noeviction" }
+
+// EvictedKeys returns how many keys Redis has evicted since it started
+// (INFO stats' evicted_keys), summed over every master of a Cluster or a
+// Ring: keys of any owner, the limiter's among them when the policy can
+// evict them (EvictsKeys). A counter that falls between two reads is a
+// master restarted or failed over. When INFO is not allowed the error wraps
+// ErrCannotCheck; any other failure is an *Error as usual.
+func (s *Store) EvictedKeys(ctx context.Context) (int64, error) {
+	var mu sync.Mutex // ForEachMaster asks the masters at once
+	var total int64
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		n, err := evictedKeys(ctx, c)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return one(ctx, m) })
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, m *redis.Client) error { return one(ctx, m) })
+	default:
+		err = one(ctx, c)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return total, nil
+}
+
+func evictedKeys(ctx context.Context, c redis.Cmdable) (int64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		if isNoPerm(err) {
+			return 0, fmt.Errorf("%w: INFO: %v", ErrCannotCheck, err)
+		}
+		return 0, classify("info", "", err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "evicted_keys:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%w: evicted_keys %q in INFO stats", ErrBadReply, strings.TrimSpace(v))
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no evicted_keys in INFO stats", ErrBadReply)
+}

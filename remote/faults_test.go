@@ -102,6 +102,8 @@ func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
 
 	_, err = s.MaxmemoryPolicy(bg)
 	assert.ErrorIs(t, err, ErrCannotCheck)
+	_, err = s.EvictedKeys(bg)
+	assert.ErrorIs(t, err, ErrCannotCheck)
 
 	// With INFO allowed too, the policy is read from it.
 	_, err = srv.Do("ACL", "SETUSER", "limiter", "+info")
@@ -109,6 +111,8 @@ func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
 	p, err := s.MaxmemoryPolicy(bg)
 	require.NoError(t, err)
 	assert.Equal(t, "noeviction", p)
+	_, err = s.EvictedKeys(bg)
+	assert.NoError(t, err)
 }
 
 func fieldsOf(rule string) []any {
@@ -133,6 +137,101 @@ func TestMaxmemoryPolicy(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, policy, got)
 		assert.Equal(t, policy != "noeviction", EvictsKeys(got), policy)
+	}
+}
+
+// EvictedKeys follows Redis's count of evicted keys: none under
+// noeviction, where a full Redis refuses writes, and every one under a
+// policy that evicts.
+func TestEvictedKeys(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		evicts bool
+	}{{"noeviction", false}, {"allkeys-lru", true}, {"volatile-ttl", true}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", tc.policy))
+			c := srv.Client(t)
+			s, err := New(c, Options{})
+			require.NoError(t, err)
+			n, err := s.EvictedKeys(bg)
+			require.NoError(t, err)
+			assert.Zero(t, n)
+			val := strings.Repeat("v", 1000)
+			cmds, _ := c.Pipelined(bg, func(p redis.Pipeliner) error {
+				for i := range 5000 { // 5 MB: well past maxmemory
+					p.Set(bg, fmt.Sprint("other:", i), val, time.Hour)
+				}
+				return nil
+			})
+			written := 0
+			for _, cmd := range cmds {
+				if cmd.Err() == nil {
+					written++
+				}
+			}
+			n, err = s.EvictedKeys(bg)
+			require.NoError(t, err)
+			if tc.evicts {
+				assert.Equal(t, 5000, written)
+				assert.Positive(t, n, "Redis made room by evicting")
+			} else {
+				assert.Less(t, written, 5000, "a full Redis refused writes")
+				assert.Zero(t, n)
+			}
+		})
+	}
+}
+
+// Why volatile-ttl is the worst policy for a limiter: every key the
+// limiter writes lives about until it is fresh again, so a key being
+// limited has the shortest time to live in a Redis whose other keys live
+// longer, and volatile-ttl evicts the shortest first, each time Redis needs
+// room: the decision after starts from a fresh burst. allkeys-lru (as
+// volatile-lru, allkeys-lfu) evicts the least recently used first, never
+// the key in use. Decisions here name no estimate (as the hybrid limiter's
+// Sync decisions do, which restores a key found gone while its node knew it
+// had spent), and Redis samples every key (maxmemory-samples 64) so that
+// its choice is the policy's, not the sample's. Redis's LRU clock counts
+// whole seconds: the other client's data is written a second before, so
+// that it is older than the key in use by Redis's measure.
+func TestVolatileTTLEvictsTheKeysInUseFirst(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		over   bool
+	}{{"volatile-ttl", true}, {"allkeys-lru", false}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", tc.policy, "--maxmemory-samples", "64"))
+			c := srv.Client(t)
+			s, err := New(c, Options{})
+			require.NoError(t, err)
+			// Another client's data, living a day, fills Redis.
+			for i := range 100 {
+				require.NoError(t, c.Set(bg, fmt.Sprint("old:", i), strings.Repeat("v", 20<<10), 24*time.Hour).Err())
+			}
+			time.Sleep(1100 * time.Millisecond)
+			lim := limit.Per(100, time.Hour) // a burst of 100, and no refill to speak of during the test
+			admitted := 0
+			for i := range 300 {
+				d, err := s.AllowN(bg, "hot", lim, 1)
+				require.NoError(t, err)
+				if d.Allowed {
+					admitted++
+				}
+				// More of it: each write needs room.
+				require.NoError(t, c.Set(bg, fmt.Sprint("new:", i), strings.Repeat("v", 2<<10), 24*time.Hour).Err())
+			}
+			evicted, err := s.EvictedKeys(bg)
+			require.NoError(t, err)
+			require.Positive(t, evicted, "Redis was full and made room")
+			t.Logf("%s: %d of 300 admitted where 100 are allowed; %d keys evicted", tc.policy, admitted, evicted)
+			if tc.over {
+				assert.Greater(t, admitted, 200, "the key in use was evicted, again and again")
+			} else {
+				assert.Equal(t, 100, admitted, "the key in use was kept")
+			}
+		})
 	}
 }
 
@@ -169,14 +268,12 @@ func TestSlidingLogDenialIsLogarithmic(t *testing.T) {
 	require.NoError(t, err)
 	_, err = srv.Do("SLOWLOG", "RESET")
 	require.NoError(t, err)
-	for range 20 {
+	for range 20 { // side by side, so that both meet the same machine
 		d, err := s.AllowN(bg, "big", lim, 1)
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
 		assert.Positive(t, d.RetryAfter)
-	}
-	for range 20 {
-		_, err := s.AllowN(bg, fmt.Sprint("small", 0), lim, 1)
+		_, err = s.AllowN(bg, fmt.Sprint("small", 0), lim, 1)
 		require.NoError(t, err)
 	}
 	logs, err := c.SlowLogGet(bg, 1024).Result()
@@ -199,9 +296,12 @@ func TestSlidingLogDenialIsLogarithmic(t *testing.T) {
 	med, ref := denials[len(denials)/2], admissions[len(admissions)/2]
 	t.Logf("SLOWLOG at %d requests in the log: median denial %v (slowest %v); median admission on an empty log %v",
 		n, med, denials[len(denials)-1], ref)
-	// The median is what a starved scheduler cannot stretch: a preempted
-	// call or two lengthen only the tail.
-	assert.Less(t, med, 2*time.Millisecond, "a denial costs Redis no more than a few lookups")
+	// Against the admission measured beside it, not a time: a Redis
+	// sharing busy CPUs takes longer for both. The median is what a
+	// preempted call or two cannot stretch. A denial that read the log
+	// would cost a thousand times an admission (40 to 75 ms); the binary
+	// search, about two or three.
+	assert.LessOrEqual(t, med, 10*ref, "a denial costs Redis no more than a few lookups")
 }
 
 // The retry-after of a log denial is when enough weight has left, weights

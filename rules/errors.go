@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ConfigError is one problem with a configuration: where it is (a file line
@@ -56,7 +57,7 @@ func (e *ConfigError) Error() string {
 		fmt.Fprintf(&b, "line %d: ", e.Line)
 	}
 	if e.Env != "" {
-		fmt.Fprintf(&b, "%s=%s: ", e.Env, strconv.Quote(e.Value))
+		fmt.Fprintf(&b, "%s=%s: ", e.Env, quote(e.Value))
 	}
 	if e.Path != "" {
 		b.WriteString(e.Path)
@@ -113,6 +114,23 @@ func (p *problems) err(file string) error {
 		errs = append(errs, fmt.Errorf("rules: %d more errors not shown", more))
 	}
 	return errors.Join(errs...)
+}
+
+// quotedMax is how much of a value quote shows.
+const quotedMax = 64
+
+// quote quotes a value as written for an error message, cut to its first
+// quotedMax bytes (and its length) when longer: an environment variable may
+// hold 128 KiB, which a log line should not.
+func quote(v string) string {
+	if len(v) <= quotedMax {
+		return strconv.Quote(v)
+	}
+	cut := quotedMax
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(v[:cut]), len(v))
 }
 
 // fieldPath appends a map key to a field path, quoting keys that would

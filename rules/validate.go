@@ -125,7 +125,7 @@ func (r *Rule) envSources() string {
 	var vars []string
 	for _, o := range []origin{r.at.requests, r.at.window, r.at.algorithm, r.at.burst} {
 		if o.env != "" && o.env != r.at.rule.env {
-			vars = append(vars, fmt.Sprintf("%s=%q", o.env, o.raw))
+			vars = append(vars, fmt.Sprintf("%s=%s", o.env, quote(o.raw)))
 		}
 	}
 	if len(vars) == 0 {

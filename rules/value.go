@@ -22,7 +22,7 @@ func parseSeconds(s string) (time.Duration, error) {
 		return d, nil
 	}
 	if _, err := strconv.ParseFloat(s, 64); err != nil {
-		return 0, fmt.Errorf("want seconds or a duration such as \"1m\", got %q", s)
+		return 0, fmt.Errorf("want seconds or a duration such as \"1m\", got %s", quote(s))
 	}
 	// A plain decimal ("60", "0.5"): time.ParseDuration reads it exactly.
 	if d, err := time.ParseDuration(s + "s"); err == nil {
@@ -32,7 +32,7 @@ func parseSeconds(s string) (time.Duration, error) {
 	f, _ := strconv.ParseFloat(s, 64)
 	ns := math.Round(f * float64(time.Second))
 	if math.IsNaN(ns) || ns >= math.MaxInt64 || ns <= math.MinInt64 {
-		return 0, fmt.Errorf("%q seconds is out of range", s)
+		return 0, fmt.Errorf("%s seconds is out of range", quote(s))
 	}
 	return time.Duration(ns), nil
 }
@@ -46,7 +46,7 @@ func parseAlgorithm(s string) (limit.Algorithm, error) {
 		for i, a := range limit.Algorithms {
 			names[i] = a.String()
 		}
-		return 0, fmt.Errorf("unknown algorithm %q, want one of %s", s, strings.Join(names, ", "))
+		return 0, fmt.Errorf("unknown algorithm %s, want one of %s", quote(s), strings.Join(names, ", "))
 	}
 	return a, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,6 +30,11 @@ type WatchOptions struct {
 	// changes before it reloads: editors and Kubernetes replace a file in
 	// several steps. Zero means DefaultDebounce.
 	Debounce time.Duration
+	// MaxFileSize is the largest file read, in bytes, on the first load and
+	// every reload: a larger one is refused with a *FileSizeError before it
+	// is parsed (on a reload, the current Rules stay). Zero means
+	// DefaultMaxFileSize; negative means no bound.
+	MaxFileSize int64
 }
 
 // DefaultDebounce is the debounce of WatchOptions' zero value.
@@ -89,10 +93,10 @@ func Watch(ctx context.Context, path string, opts WatchOptions) (*Watcher, error
 		return nil, fmt.Errorf("rules: watch %s: %w", path, err)
 	}
 	w := &Watcher{path: abs, opts: opts, fsw: fsw, done: make(chan struct{})}
-	data, err := os.ReadFile(abs)
+	data, err := readFile(abs, opts.MaxFileSize)
 	if err != nil {
 		_ = fsw.Close()
-		return nil, fmt.Errorf("rules: read config: %w", err)
+		return nil, err
 	}
 	r, err := compileData(data, abs, opts.Env)
 	if err != nil {
@@ -215,9 +219,9 @@ func (w *Watcher) follow() {
 // load is reload's work, under w.mu.
 func (w *Watcher) load() error {
 	w.follow()
-	data, err := os.ReadFile(w.path)
+	data, err := readFile(w.path, w.opts.MaxFileSize)
 	if err != nil {
-		return fmt.Errorf("rules: read config (keeping the current rules): %w", err)
+		return fmt.Errorf("%w (keeping the current rules)", err)
 	}
 	if bytes.Equal(data, w.last) {
 		return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -23,11 +22,12 @@ import (
 func Parse(data []byte) (*Config, error) { return parse(data, "") }
 
 // ParseFile is Parse on the contents of the file at path; its errors name
-// the file.
+// the file. A file over DefaultMaxFileSize is refused with a
+// *FileSizeError before it is parsed.
 func ParseFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path, 0)
 	if err != nil {
-		return nil, fmt.Errorf("rules: read config: %w", err)
+		return nil, err
 	}
 	return parse(data, path)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // asProcess runs the test binary as `hybridlimit args...` and returns its exit
@@ -84,6 +87,7 @@ func TestLint(t *testing.T) {
 	bad := write("bad.yaml", "rate_limits:\n  default: {requests: 100, window: 60}\n  endpoints:\n    /api/search: {requests: -5, window: 1m}\n    /api/*/x: {requests: 1, window: 1}\n")
 	banOnly := write("ban.yaml", "rate_limits:\n  ban: [203.0.113.0/24]\n")
 	broken := write("broken.yaml", "rate_limits: [\n")
+	large := write("large.yaml", largeRules(rules.DefaultMaxFileSize+1))
 
 	for _, tc := range []struct {
 		name   string
@@ -101,6 +105,13 @@ func TestLint(t *testing.T) {
 		{"limits nothing: a warning", []string{banOnly}, 0, []string{banOnly + ": ok, but it sets no limit"}},
 		{"limits nothing, strict: a problem", []string{"-strict", banOnly}, 1, []string{banOnly + ": sets no limit"}},
 		{"a file that cannot be read", []string{good, filepath.Join(dir, "missing.yaml")}, 2, []string{"no such file"}},
+		{"over the size bound: a problem", []string{good, large}, 1, []string{
+			good + ": ok",
+			"rules: " + large + ": the file is over the size bound of 1 MiB (1048576 bytes) on a rules file: it is 1.0 MiB (1048577 bytes)",
+		}},
+		{"under a bound set higher", []string{"-rules-max-size", "2MiB", large}, 0, []string{large + ": ok"}},
+		{"over a bound set lower", []string{"-rules-max-size", "100B", good}, 1, []string{"over the size bound of 100 B"}},
+		{"a bound of nothing", []string{"-rules-max-size", "0", good}, 2, nil},
 		{"no file", nil, 2, []string{"usage: hybridlimit lint"}},
 		{"a bad flag", []string{"-nope", good}, 2, nil},
 	} {
@@ -112,6 +123,26 @@ func TestLint(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLintRefusesABoundOfNothing(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"lint", "-rules-max-size", "0", "rules.yaml"}, &out)
+	assert.Equal(t, exitUsage, exitCode(err))
+	assert.ErrorContains(t, err, "lint: -rules-max-size 0 must be positive")
+}
+
+// largeRules is a valid rules file of size bytes: a default rule, a few
+// endpoint rules, and a comment to pad it to the byte (cheaper to parse
+// than a megabyte of rules, which takes seconds under the race detector).
+func largeRules(size int) string {
+	var b strings.Builder
+	b.WriteString("rate_limits:\n  default: {requests: 100, window: 60}\n  endpoints:\n")
+	for i := range 10 {
+		fmt.Fprintf(&b, "    /api/v1/resource%d: {requests: 10, window: 60}\n", i)
+	}
+	b.WriteString("#" + strings.Repeat("x", size-b.Len()-2) + "\n")
+	return b.String()
 }
 
 // lint -env checks the file overlaid with the environment, as the gateway

@@ -189,7 +189,8 @@ func gatewayRules(ctx context.Context, o *gatewayOptions, log *slog.Logger) (cur
 		return middleware.StaticRules(rs), func() {}, nil
 	}
 	w, err := rules.Watch(ctx, o.rulesFile, rules.WatchOptions{
-		Env: os.LookupEnv,
+		Env:         os.LookupEnv,
+		MaxFileSize: int64(o.rulesMaxSize),
 		OnChange: func(rs *rules.Rules) {
 			if why := unlimited(rs); why != "" {
 				log.Warn("rules reloaded with no limits: every request passes unlimited", "file", o.rulesFile, "why", why)

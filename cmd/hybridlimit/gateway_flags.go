@@ -14,6 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // gatewayOptions is the gateway's command line, parsed and checked.
@@ -21,6 +22,7 @@ type gatewayOptions struct {
 	listen, admin       string
 	upstream            *url.URL
 	rulesFile           string
+	rulesMaxSize        byteSize
 	allowUnlimited      bool
 	redis               string
 	mode                hybrid.Mode
@@ -101,6 +103,8 @@ func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "the admin address for metrics, health and readiness (keep it private); empty for none")
 	upstream := fs.String("upstream", "", "the service to proxy to, such as http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.rulesFile, "rules", "", "the rules file (YAML, reloaded on change); empty: the RATE_LIMIT_* environment")
+	o.rulesMaxSize = rules.DefaultMaxFileSize
+	fs.Var(&o.rulesMaxSize, "rules-max-size", "the largest rules file read (a larger one is refused, and a reload to it keeps the rules in force): 1048576, 512KiB, 10MiB")
 	fs.BoolVar(&o.allowUnlimited, "allow-unlimited", false, "start even when the rules set no limit (every request passes unlimited)")
 
 	fs.StringVar(&o.redis, "redis", envRedis(), "the Redis the gateway's nodes share: host:port or a redis:// or rediss:// URL (default $REDIS_ADDR; empty: local only)")
@@ -219,6 +223,9 @@ func (o *gatewayOptions) check() error {
 	}
 	if o.maxHeaderBytes <= 0 {
 		errs = append(errs, fmt.Errorf("gateway: -max-header-bytes %v must be positive", o.maxHeaderBytes))
+	}
+	if o.rulesMaxSize <= 0 {
+		errs = append(errs, fmt.Errorf("gateway: -rules-max-size %v must be positive", &o.rulesMaxSize))
 	}
 	if o.admin != "" && o.admin == o.listen && !strings.HasSuffix(o.admin, ":0") {
 		errs = append(errs, fmt.Errorf("gateway: -admin %s is the public -listen address: metrics and health must not be public", o.admin))

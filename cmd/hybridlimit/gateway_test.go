@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // hang bounds a wait that only a hang would reach, on a loaded 2-core
@@ -250,29 +252,42 @@ func TestGatewayCutsOffSlowAndIdleClients(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
 	})
+	const readHeaderTimeout = 300 * time.Millisecond
 	g := startGateway(t, "-upstream", up.URL, "-rules", rulesFile(t, "rate_limits:\n  default: {requests: 1000, window: 1s}\n"),
-		"-read-header-timeout", "300ms", "-read-timeout", "600ms", "-idle-timeout", "300ms", "-upstream-failures", "1")
+		"-read-header-timeout", readHeaderTimeout.String(), "-read-timeout", "600ms", "-idle-timeout", "300ms", "-upstream-failures", "1")
 	addr := strings.TrimPrefix(g.base, "http://")
+
+	// errLate is a request the server never saw because the client sent it
+	// after the read-header timeout had already closed the connection: the
+	// scheduler held the client's goroutine that long after the dial, as a
+	// loaded machine does. The server did what it should; the client dials
+	// again.
+	errLate := errors.New("the request was sent after the read-header timeout")
 
 	for _, tc := range []struct {
 		name string
-		// talk writes what the client sends before it goes quiet.
-		talk func(c net.Conn) error
+		// talk writes what the client sends before it goes quiet, on a
+		// connection dialed at dialed.
+		talk func(c net.Conn, dialed time.Time) error
 	}{
-		{"slow headers", func(c net.Conn) error {
+		{"slow headers", func(c net.Conn, _ time.Time) error {
 			_, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: x\r\nX-Slow: a")
 			return err
 		}},
-		{"slow body", func(c net.Conn) error {
+		{"slow body", func(c net.Conn, _ time.Time) error {
 			_, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n0123456789")
 			return err
 		}},
-		{"idle keep-alive", func(c net.Conn) error {
+		{"idle keep-alive", func(c net.Conn, dialed time.Time) error {
 			if _, err := io.WriteString(c, "GET /api HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 				return err
 			}
+			sent := time.Since(dialed)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
+				if sent >= readHeaderTimeout {
+					return fmt.Errorf("%w (%v after the dial): %w", errLate, sent, err)
+				}
 				return err
 			}
 			if resp.StatusCode != http.StatusOK || resp.Close {
@@ -285,24 +300,33 @@ func TestGatewayCutsOffSlowAndIdleClients(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const clients = 200 // as many as held a gateway without timeouts for 70 s
 			var wg sync.WaitGroup
+			var late atomic.Int64
 			errs := make(chan error, clients)
 			for range clients {
 				wg.Go(func() {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						errs <- err
+					for {
+						c, err := net.Dial("tcp", addr)
+						if err != nil {
+							errs <- err
+							return
+						}
+						err = tc.talk(c, time.Now())
+						if errors.Is(err, errLate) && late.Add(1) < 10*clients {
+							_ = c.Close()
+							continue
+						}
+						defer c.Close()
+						if err != nil {
+							errs <- err
+							return
+						}
+						// Then nothing: the server must close the connection.
+						_ = c.SetReadDeadline(time.Now().Add(hang))
+						_, err = io.Copy(io.Discard, c)
+						if ne, ok := err.(net.Error); ok && ne.Timeout() {
+							errs <- fmt.Errorf("the connection was still open after %v", hang)
+						}
 						return
-					}
-					defer c.Close()
-					if err := tc.talk(c); err != nil {
-						errs <- err
-						return
-					}
-					// Then nothing: the server must close the connection.
-					_ = c.SetReadDeadline(time.Now().Add(hang))
-					_, err = io.Copy(io.Discard, c)
-					if ne, ok := err.(net.Error); ok && ne.Timeout() {
-						errs <- fmt.Errorf("the connection was still open after %v", hang)
 					}
 				})
 			}
@@ -310,6 +334,9 @@ func TestGatewayCutsOffSlowAndIdleClients(t *testing.T) {
 			close(errs)
 			for err := range errs {
 				t.Error(err)
+			}
+			if n := late.Load(); n > 0 {
+				t.Logf("%d requests sent after the read-header timeout, and sent again", n)
 			}
 		})
 	}
@@ -648,6 +675,34 @@ func TestGatewayClientLabels(t *testing.T) {
 	assert.NotContains(t, body, "rate_limit_client_exceeded_total")
 }
 
+// A rules file over -rules-max-size (1 MiB by default) stops the gateway
+// at start with the file's size and the bound, before it is parsed; a
+// reload to one keeps the rules in force and says why.
+func TestGatewayRulesFileSizeBound(t *testing.T) {
+	up := newUpstream(t, nil)
+	large := rulesFile(t, largeRules(rules.DefaultMaxFileSize+1))
+	_, err := tryGateway(t, "-upstream", up.URL, "-rules", large)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, large+": the file is over the size bound of 1 MiB (1048576 bytes) on a rules file: it is 1.0 MiB (1048577 bytes)")
+	startGateway(t, "-upstream", up.URL, "-rules", large, "-rules-max-size", "2MiB")
+
+	path := rulesFile(t, threePerHour)
+	g := startGateway(t, "-upstream", up.URL, "-rules", path, "-rules-max-size", "4KiB")
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte(largeRules(5000)), 0o644))
+	require.NoError(t, os.Rename(tmp, path))
+	require.Eventually(t, func() bool { return strings.Contains(g.out.String(), "over the size bound of 4 KiB") }, hang, 10*time.Millisecond,
+		"the reload is refused:\n%s", g.out)
+	assert.Contains(t, g.out.String(), "rules not reloaded: keeping the old ones")
+	admitted := 0
+	for range 4 {
+		if status, _, _ := get(t, g.base+"/api"); status == http.StatusOK {
+			admitted++
+		}
+	}
+	assert.Equal(t, 3, admitted, "the rules in force: 3 an hour")
+}
+
 func TestGatewayFlagErrors(t *testing.T) {
 	up := "http://127.0.0.1:1"
 	for _, tc := range []struct {
@@ -665,6 +720,7 @@ func TestGatewayFlagErrors(t *testing.T) {
 		{[]string{"-upstream", up, "-trusted-proxies", "10.1.2.3/8"}, "-trusted-proxies"},
 		{[]string{"-upstream", up, "-upstream-fail-statuses", "5xx"}, `status "5xx"`},
 		{[]string{"-upstream", up, "-read-timeout", "-1s"}, "-read-timeout -1s is negative"},
+		{[]string{"-upstream", up, "-rules-max-size", "0"}, "-rules-max-size 0 must be positive"},
 		{[]string{"-upstream", up, "extra"}, "unexpected arguments"},
 	} {
 		var out strings.Builder

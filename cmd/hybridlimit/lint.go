@@ -22,8 +22,10 @@ func runLint(_ context.Context, args []string, out io.Writer) error {
 	fs.SetOutput(out)
 	env := fs.Bool("env", false, "overlay the RATE_LIMIT_* environment, as the gateway does (default: the files alone)")
 	strict := fs.Bool("strict", false, "count warnings as problems: rules that limit nothing, which the gateway refuses without -allow-unlimited")
+	maxSize := byteSize(rules.DefaultMaxFileSize)
+	fs.Var(&maxSize, "rules-max-size", "the largest rules file read, as the gateway's flag: a larger one is a problem (1048576, 512KiB, 10MiB)")
 	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: hybridlimit lint [-env] [-strict] FILE...")
+		fmt.Fprintln(out, "usage: hybridlimit lint [-env] [-strict] [-rules-max-size SIZE] FILE...")
 		fmt.Fprintln(out)
 		fmt.Fprintln(out, "Checks rules files. Exit status: 0 valid, 1 problems found, 2 a file could not be read or bad usage.")
 		fmt.Fprintln(out)
@@ -35,6 +37,9 @@ func runLint(_ context.Context, args []string, out io.Writer) error {
 		}
 		return withExit(exitUsage, err)
 	}
+	if maxSize <= 0 {
+		return withExit(exitUsage, fmt.Errorf("lint: -rules-max-size %v must be positive", &maxSize))
+	}
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return withExit(exitUsage, errors.New("lint: no file given"))
@@ -45,7 +50,7 @@ func runLint(_ context.Context, args []string, out io.Writer) error {
 	}
 	invalid, unreadable := 0, 0
 	for _, file := range fs.Args() {
-		rs, err := rules.Load(file, lookup)
+		rs, err := rules.LoadWith(file, rules.LoadOptions{Env: lookup, MaxFileSize: int64(maxSize)})
 		switch {
 		case err != nil && isConfigError(err):
 			invalid++
@@ -74,9 +79,11 @@ func runLint(_ context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-// isConfigError reports a problem in the configuration itself, as opposed
-// to a file that could not be read.
+// isConfigError reports a problem in the configuration itself (a file over
+// the size bound included, which the gateway refuses too), as opposed to a
+// file that could not be read.
 func isConfigError(err error) bool {
 	_, ok := errors.AsType[*rules.ConfigError](err)
-	return ok
+	_, tooLarge := errors.AsType[*rules.FileSizeError](err)
+	return ok || tooLarge
 }

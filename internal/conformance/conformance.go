@@ -138,9 +138,13 @@ func alignTo(b Backend, period, offset time.Duration) {
 func tokenBurst(t *testing.T, b Backend) {
 	lim := limit.PerSecond(10).WithBurst(5) // one token per 100 ms
 	k := key(t)
-	var start time.Time
+	// The bucket refills from the first token spent: after five tokens
+	// spent over a while, the sixth request is denied with the next token
+	// due 100 ms after the first, less what has refilled since. start is
+	// read before the first request is sent, which no scheduler can make
+	// late.
+	start := b.Now()
 	for i := int64(4); i >= 0; i-- {
-		start = b.Now() // the last one is sent when the bucket is about to empty
 		res := allow(t, b, k, lim, 1)
 		require.True(t, res.Allowed)
 		// Under a real clock a few ms may refill nothing yet; the count can
@@ -149,10 +153,9 @@ func tokenBurst(t *testing.T, b Backend) {
 	}
 	res := allow(t, b, k, lim, 1)
 	if !res.Allowed {
-		// The bucket emptied at or after start (when the call that emptied
-		// it was sent: no scheduler makes that reading late), so the next
-		// token is due at most 100 ms from the decision, and the bucket is
-		// full 500 ms after.
+		// The first token was spent at or after start, so the next token is
+		// due at most 100 ms from the decision, at least 100 ms less the
+		// time since start, and the bucket is full 400 ms after that.
 		took := b.Now().Sub(start) + b.Slack()
 		within(t, res.RetryAfter, 100*time.Millisecond-took, 100*time.Millisecond, "retry after")
 		assert.Equal(t, int64(0), res.Remaining)
