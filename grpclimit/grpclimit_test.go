@@ -28,7 +28,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -64,7 +64,7 @@ func compile(t testing.TB, yaml string) func() *rules.Rules {
 	require.NoError(t, err)
 	r, err := rules.Compile(cfg)
 	require.NoError(t, err)
-	return middleware.StaticRules(r)
+	return rules.Static(r)
 }
 
 // serve starts a real gRPC server on a loopback port, serving the health
@@ -118,20 +118,20 @@ func codesOf(t testing.TB, c healthpb.HealthClient, n int, kv ...string) []codes
 	return out
 }
 
-// recorder is a middleware.Observer that keeps every event.
+// recorder is a observe.Observer that keeps every event.
 type recorder struct {
 	mu       sync.Mutex
-	checks   []middleware.CheckEvent
-	requests []middleware.RequestEvent
+	checks   []observe.CheckEvent
+	requests []observe.RequestEvent
 }
 
-func (r *recorder) ObserveCheck(e middleware.CheckEvent) {
+func (r *recorder) ObserveCheck(e observe.CheckEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks = append(r.checks, e)
 }
 
-func (r *recorder) ObserveRequest(e middleware.RequestEvent) {
+func (r *recorder) ObserveRequest(e observe.RequestEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, e)

@@ -7,7 +7,7 @@
 // For each request the middleware, in order:
 //
 //  1. loads the Rules in force (Config.Rules: a Watcher's Current, or
-//     StaticRules); disabled rules let every request through unchecked;
+//     rules.Static); disabled rules let every request through unchecked;
 //  2. finds the client: its key from Config.Client (an httpkey.Extractor:
 //     address, API key, user, or several at once), its address from
 //     Config.IP (forwarding headers believed from trusted proxies only),

@@ -16,6 +16,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -42,7 +43,7 @@ func ExampleNew() {
 	}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		// Behind a proxy: IP: httpkey.IPResolver{TrustedProxies: ..., Header: httpkey.XForwardedForOnly}
 	})
 	if err != nil {
@@ -167,7 +168,7 @@ func ExampleDefaultOnError() {
 	ip := httpkey.IPResolver{}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		IP:      ip,
 		// Keyed by address and API key together: neither a new key nor a
 		// new address buys a fresh budget on its own.
@@ -215,9 +216,9 @@ func ExampleConfig_onDenied() {
 	}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		OnDenied: func(w http.ResponseWriter, r *http.Request, d middleware.Denial) {
-			if d.Outcome != middleware.Limited {
+			if d.Outcome != observe.Limited {
 				middleware.DefaultOnDenied(w, r, d) // bans and fail-closed answers as usual
 				return
 			}

@@ -19,7 +19,7 @@ import (
 // rounding shows.
 func TestHeadersExact(t *testing.T) {
 	lim, clk := manualLimiter(t, epoch.Add(500*time.Millisecond))
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 5, window: 60}
 `))})
 	const policy = `"default";q=5;w=60`
@@ -75,7 +75,7 @@ func TestHeadersExact(t *testing.T) {
 // describe the one with the least left relative to its limit.
 func TestHeadersMostRestrictiveCheck(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch.Add(500*time.Millisecond))
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 1000, window: 1, burst: 100}
   per_ip: {requests: 10, window: 60, algorithm: fixed_window}
   endpoints:
@@ -123,7 +123,7 @@ func TestHeaderFamilies(t *testing.T) {
 	} {
 		t.Run(tc.headers.String(), func(t *testing.T) {
 			lim, _ := manualLimiter(t, epoch)
-			srv := serve(t, Config{Limiter: lim, Headers: tc.headers, Rules: StaticRules(compile(t, `rate_limits:
+			srv := serve(t, Config{Limiter: lim, Headers: tc.headers, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 1, window: 60}
 `))})
 			keys := func(h http.Header) []string {
@@ -188,7 +188,7 @@ func TestCalendarHeaders(t *testing.T) {
 	require.NoError(t, err)
 	at := time.Date(2026, 6, 10, 21, 30, 0, 0, tokyo) // 2 h 30 min before midnight in Tokyo
 	lim, _ := manualLimiter(t, at)
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 2, window: day, zone: Asia/Tokyo}
 `))})
 	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, tokyo)

@@ -186,7 +186,7 @@ func gatewayRules(ctx context.Context, o *gatewayOptions, log *slog.Logger) (cur
 		if why := unlimited(rs); why != "" && !o.allowUnlimited {
 			return nil, nil, fmt.Errorf("gateway: no limits: there is no -rules file and the RATE_LIMIT_* environment %s, so every request would pass unlimited; give -rules FILE or RATE_LIMIT_DEFAULT, or -allow-unlimited to run so anyway", why)
 		}
-		return middleware.StaticRules(rs), func() {}, nil
+		return rules.Static(rs), func() {}, nil
 	}
 	w, err := rules.Watch(ctx, o.rulesFile, rules.WatchOptions{
 		Env: os.LookupEnv,
