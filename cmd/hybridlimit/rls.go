@@ -324,7 +324,7 @@ func (s *rlsSettings) redisClient() (redis.UniversalClient, error) {
 	case "sentinel":
 		parts := strings.Split(s.redisURL, ",")
 		if len(parts) < 2 {
-			return nil, fmt.Errorf("rls: -redis %q: a sentinel setup is written master-name,sentinel1:port,...", s.redisURL)
+			return nil, fmt.Errorf("rls: -redis %q: a sentinel setup is written master-name,sentinel1:port[,sentinel2:port]", s.redisURL)
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: parts[0], SentinelAddrs: parts[1:], SentinelPassword: s.redisSentinelAuth,
 			Username: user, Password: pass, TLSConfig: tlsCfg, PoolSize: s.redisPool, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}), nil
