@@ -75,15 +75,15 @@ type Service struct {
 func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Limiter == nil:
-		return nil, errors.New("envoyrls: nil limiter")
+		return nil, errors.New("envoyrls: Config.Limiter is nil")
 	case cfg.Rules == nil:
-		return nil, errors.New("envoyrls: nil rules")
+		return nil, errors.New("envoyrls: Config.Rules is nil")
 	case cfg.Rules() == nil:
-		return nil, errors.New("envoyrls: no configuration loaded (Rules returned nil)")
+		return nil, errors.New("envoyrls: Config.Rules returned nil: no configuration loaded")
 	}
 	h := cfg.Headers
 	if (h.Limit == "" || h.Remaining == "" || h.Reset == "") && h != (Headers{}) {
-		return nil, fmt.Errorf("envoyrls: headers need all three names, got limit %q, remaining %q, reset %q", h.Limit, h.Remaining, h.Reset)
+		return nil, fmt.Errorf("envoyrls: Config.Headers needs all three names, got Limit %q, Remaining %q, Reset %q", h.Limit, h.Remaining, h.Reset)
 	}
 	log := cfg.Logger
 	if log == nil {

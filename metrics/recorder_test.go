@@ -64,20 +64,23 @@ func TestNewRefusesANilRegisterer(t *testing.T) {
 }
 
 func TestNewChecksItsOptions(t *testing.T) {
-	for name, opts := range map[string]Options{
-		"namespace with a dash":    {Namespace: "rate-limit"},
-		"namespace with a digit":   {Namespace: "9lives"},
-		"latency buckets unsorted": {LatencyBuckets: []float64{1, 0.5}},
-		"latency buckets repeated": {LatencyBuckets: []float64{1, 1}},
-		"round bucket NaN":         {RoundBuckets: []float64{math.NaN()}},
-		"near limit above 1":       {NearLimit: 1.5},
-		"near limit NaN":           {NearLimit: math.NaN()},
-		"negative max rules":       {MaxRules: -1},
+	for name, tc := range map[string]struct {
+		opts Options
+		want string // the field the error names
+	}{
+		"namespace with a dash":    {Options{Namespace: "rate-limit"}, `metrics: Namespace "rate-limit"`},
+		"namespace with a digit":   {Options{Namespace: "9lives"}, `metrics: Namespace "9lives"`},
+		"latency buckets unsorted": {Options{LatencyBuckets: []float64{1, 0.5}}, "metrics: LatencyBuckets: "},
+		"latency buckets repeated": {Options{LatencyBuckets: []float64{1, 1}}, "metrics: LatencyBuckets: "},
+		"round bucket NaN":         {Options{RoundBuckets: []float64{math.NaN()}}, "metrics: RoundBuckets: "},
+		"near limit above 1":       {Options{NearLimit: 1.5}, "metrics: NearLimit 1.5"},
+		"near limit NaN":           {Options{NearLimit: math.NaN()}, "metrics: NearLimit NaN"},
+		"negative max rules":       {Options{MaxRules: -1}, "metrics: MaxRules is negative (-1)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			_, err := New(reg, opts)
-			require.Error(t, err)
+			_, err := New(reg, tc.opts)
+			require.ErrorContains(t, err, tc.want)
 			mfs, err := reg.Gather()
 			require.NoError(t, err)
 			assert.Empty(t, mfs, "a refused Recorder registers nothing")
