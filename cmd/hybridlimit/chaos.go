@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,8 +27,7 @@ var failures = []string{"kill", "pause", "restart", "latency"}
 // failure to it mid-run, and writes a timeline plot: what each node admitted
 // per second, the global limit, and how many nodes were degraded.
 func runChaos(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("chaos", out)
 	failure := fs.String("failure", "kill", "what to do to Redis: "+strings.Join(failures, ", "))
 	nodes := fs.Int("nodes", 3, "limiter nodes")
 	rate := fs.Int64("rate", 300, "the shared limit, requests per second")

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -51,8 +50,7 @@ type tuneRow struct {
 // (no Redis, N times the limit). It prints a table and writes a plot, so an
 // operator can pick the interval for a deployment.
 func runTune(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("tune", out)
 	addr := fs.String("redis", envRedis(), "the Redis to measure (default $REDIS_ADDR; else a private redis-server)")
 	nodes := fs.Int("nodes", 4, "limiter nodes")
 	rate := fs.Int64("rate", 1000, "the shared limit, requests per second")
