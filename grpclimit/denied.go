@@ -28,7 +28,8 @@ const (
 	// RetryAfterKey is the retry delay in whole seconds, rounded up, at
 	// least 1, as HTTP's Retry-After.
 	RetryAfterKey = "retry-after"
-	// LimitKey is the denying check's capacity, as X-RateLimit-Limit; only
+	// LimitKey is the denying check's limit as its rule wrote it (the
+	// requests of its window, not a bucket's burst), as X-RateLimit-Limit; only
 	// on a limited call.
 	LimitKey = "x-ratelimit-limit"
 	// RemainingKey is what the denying check has left, as

@@ -149,6 +149,19 @@ func (r *recorder) outcomes() []string {
 	return out
 }
 
+// x-ratelimit-limit is the limit as its rule wrote it, not a bucket's burst.
+func TestLimitTrailerIsTheRuleAsWritten(t *testing.T) {
+	lim := newLimiter(t, hybrid.Config{Clock: clock.NewManual(epoch)})
+	c := serve(t, grpclimit.Config{Limiter: lim, Rules: compile(t, `rate_limits:
+  default: {requests: 3, window: 60, burst: 2}
+`)})
+	assert.Equal(t, []codes.Code{codes.OK, codes.OK}, codesOf(t, c, 2))
+	tr, err := call(t, c)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Equal(t, []string{"3"}, tr.Get(grpclimit.LimitKey))
+	assert.Equal(t, []string{"0"}, tr.Get(grpclimit.RemainingKey))
+}
+
 // A unary call over the limit ends with ResourceExhausted, a RetryInfo and
 // a QuotaFailure detail, and the pushback and rate-limit trailers.
 func TestUnaryLimited(t *testing.T) {

@@ -313,7 +313,7 @@ func trailer(d Denial) metadata.MD {
 		RetryAfterKey: {strconv.FormatInt(retrySeconds(d.RetryAfter), 10)},
 	}
 	if d.Outcome == observe.Limited {
-		md[LimitKey] = []string{strconv.FormatInt(d.Check.Limit.Capacity(), 10)}
+		md[LimitKey] = []string{strconv.FormatInt(d.Check.Limit.Rate, 10)}
 		md[RemainingKey] = []string{strconv.FormatInt(d.Decision.Remaining, 10)}
 	}
 	return md
