@@ -94,9 +94,11 @@ func ExampleNew() {
 	//   {"error":"rate_limit_exceeded","message":"Too many requests. Please retry after 30 seconds.","retry_after":30}
 }
 
-// A Watcher's Current method is a rules source: each request sees the rules
-// of the file as last loaded, and a reload takes effect on the next request.
-func ExampleConfig_watcher() {
+// The middleware in front of a handler with a rules file that reloads: a
+// rules.Watcher's Current method is the rules source, so each request sees
+// the rules of the file as last loaded, and a reload takes effect on the
+// next request. An invalid file keeps the rules in force.
+func Example_reloadingRules() {
 	dir, err := os.MkdirTemp("", "rules")
 	if err != nil {
 		log.Fatal(err)
