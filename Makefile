@@ -7,12 +7,11 @@ BENCHTIME ?= 1s
 
 .PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet lint
 
-## test: lint (go vet, staticcheck, deadcode), then every test with the race detector, against private
+## test: lint (go vet, staticcheck, deadcode) beside every test with the race detector, against private
 ## redis-servers the tests start; then the comparison suite's own tests (bench/ is a module of its own,
-## to keep the peers out of go.mod)
-test: tools lint
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	cd bench && $(GO) test -race -count=1 -timeout 5m ./...
+## to keep the peers out of go.mod); see scripts/test
+test: tools
+	GO=$(GO) PKGS="$(PKGS)" scripts/test
 
 ## test-under-load: `make test` RUNS times (5) while `stress-ng --cpu LOAD` (2) keeps the CPUs busy
 ## beside it, as on a loaded developer's machine; says how many runs passed (installs stress-ng first)

@@ -87,7 +87,7 @@ type Config struct {
 	// means LocalOnly whatever Mode says. The client stays the caller's: the
 	// limiter never closes it. In Sync mode give it ContextTimeoutEnabled:
 	// then deadlines reach the socket and each call runs on the caller's
-	// goroutine (about 40 µs less per decision measured, bench/results.md);
+	// goroutine (tens of µs less per decision, docs/benchmarks.md);
 	// without it each call is handed to a goroutine that can be abandoned
 	// at RedisTimeout.
 	Redis redis.UniversalClient

@@ -217,17 +217,38 @@ func measuredTicks(xs []float64) plot.Ticker {
 	return plot.ConstantTicks(ticks)
 }
 
-// readableTicks are gonum's default ticks, labelled without trailing zeros
-// and with k and M for thousands and millions: "17.5k", not "17500.00".
+// readableTicks are about five round ticks over the axis (steps of 1, 2,
+// 2.5 or 5 times a power of ten), labelled without trailing zeros and with k
+// and M for thousands and millions ("17.5k", not "17500.00"), with an
+// unlabelled tick halfway between labelled ones.
 var readableTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(min, max)
-	for i, t := range ticks {
-		if t.Label != "" {
-			ticks[i].Label = tickLabel(t.Value)
+	if !(max > min) || math.IsInf(max-min, 0) {
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
+	step := niceStep((max - min) / 5)
+	var ticks []plot.Tick
+	for i := math.Ceil(min / step * 2); i <= math.Floor(max/step*2); i++ {
+		v := i * step / 2
+		t := plot.Tick{Value: v}
+		if math.Mod(i, 2) == 0 {
+			t.Label = tickLabel(v)
 		}
+		ticks = append(ticks, t)
 	}
 	return ticks
 })
+
+// niceStep is the round step nearest above raw: 1, 2, 2.5 or 5 times a
+// power of ten.
+func niceStep(raw float64) float64 {
+	pow := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*pow >= raw {
+			return m * pow
+		}
+	}
+	return 10 * pow
+}
 
 // tickLabel writes v briefly: 0.25, 5, 750, 17.5k, 2M.
 func tickLabel(v float64) string {

@@ -80,3 +80,26 @@ func tunePanelsForTest(t *testing.T) []panel {
 	require.NoError(t, err)
 	return panels
 }
+
+// The y axis has three to five round, labelled ticks, with an unlabelled
+// one between each two: 10k, 20k, 30k rather than gonum's 2500, 12.5k, 22.5k.
+func TestPlotReadableTicks(t *testing.T) {
+	for _, tc := range []struct {
+		min, max float64
+		labels   []string
+	}{
+		{-3.73, 0.05, []string{"-3", "-2", "-1", "0"}},
+		{600, 34063, []string{"10k", "20k", "30k"}},
+		{0.7, 11.2, []string{"2.5", "5", "7.5", "10"}},
+		{0, 3, []string{"0", "1", "2", "3"}},
+		{0.25, 0.75, []string{"0.3", "0.4", "0.5", "0.6", "0.7"}},
+	} {
+		var labels []string
+		for _, tk := range readableTicks.Ticks(tc.min, tc.max) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		assert.Equal(t, tc.labels, labels, "%v to %v", tc.min, tc.max)
+	}
+}
