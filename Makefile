@@ -5,13 +5,13 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet
+.PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet lint
 
-## test: vet, then every test with the race detector, against private redis-servers the tests start;
-## then the comparison suite's own tests (bench/ is a module of its own, to keep the peers out of go.mod)
-test: tools vet
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
-	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
+## test: lint (go vet, staticcheck, deadcode) beside every test with the race detector, against private
+## redis-servers the tests start; then the comparison suite's own tests (bench/ is a module of its own,
+## to keep the peers out of go.mod); see scripts/test
+test: tools
+	GO=$(GO) PKGS="$(PKGS)" scripts/test
 
 ## test-under-load: `make test` RUNS times (5) while `stress-ng --cpu LOAD` (2) keeps the CPUs busy
 ## beside it, as on a loaded developer's machine; says how each run went (passed or failed, its time,
@@ -77,6 +77,11 @@ verify: tools
 
 vet:
 	$(GO) vet $(PKGS)
+
+## lint: go vet, staticcheck and deadcode -test on the module and on bench/, failing on any finding;
+## staticcheck and deadcode are pinned in tools/go.mod (fetched once, then offline)
+lint:
+	GO=$(GO) scripts/lint
 
 tools:
 	@scripts/ensure-tools

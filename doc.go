@@ -21,14 +21,16 @@
 //   - sync (imported as reconcile): the background rounds that report spend
 //     and hand each node its share of the global remainder.
 //   - hybrid: the limiter a service uses, in Async, Sync or LocalOnly mode.
-//   - httpkey, rules, middleware, grpclimit, metrics: who a client is, which
-//     limits apply to it, net/http and gRPC servers in front of the limiter,
-//     and Prometheus metrics.
+//   - httpkey, rules, middleware, grpclimit, envoyrls, metrics: who a
+//     client is, which limits apply to it, net/http and gRPC servers and
+//     Envoy's rate limit service in front of the limiter, and Prometheus
+//     metrics; observe holds the events the three report.
 //   - upstream: a reverse proxy to one upstream with timeouts, a body limit
 //     and a circuit breaker, for the gateway.
 //
 // Start with package hybrid (Example_asyncWithRedis here shows it with a
 // Redis); cmd/hybridlimit shows it working (demo, tune, chaos, gateway,
 // lint), and docs/ explains the accuracy model, the Redis side, the gateway
-// and every measured number.
+// and every measured number. docs/architecture.md is the map for whoever
+// changes the code.
 package hybridlimit

@@ -19,7 +19,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 )
 
 // Headers names the response headers the service asks Envoy to add, with
@@ -46,7 +46,7 @@ type Config struct {
 	// (metrics.Recorder fits): the check's rule label is the rule's metric
 	// name, the request's client is the limited descriptor. Nil means
 	// none.
-	Observer middleware.Observer
+	Observer observe.Observer
 	// Logger receives the requests the service refuses, at debug level.
 	// Nil means slog.Default().
 	Logger *slog.Logger
@@ -66,7 +66,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	lim   *hybrid.Limiter
 	rules func() *config.Config
-	obs   middleware.Observer
+	obs   observe.Observer
 	log   *slog.Logger
 	cfg   Config
 }
@@ -75,15 +75,15 @@ type Service struct {
 func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Limiter == nil:
-		return nil, errors.New("envoyrls: nil limiter")
+		return nil, errors.New("envoyrls: Config.Limiter is nil")
 	case cfg.Rules == nil:
-		return nil, errors.New("envoyrls: nil rules")
+		return nil, errors.New("envoyrls: Config.Rules is nil")
 	case cfg.Rules() == nil:
-		return nil, errors.New("envoyrls: no configuration loaded (Rules returned nil)")
+		return nil, errors.New("envoyrls: Config.Rules returned nil: no configuration loaded")
 	}
 	h := cfg.Headers
 	if (h.Limit == "" || h.Remaining == "" || h.Reset == "") && h != (Headers{}) {
-		return nil, fmt.Errorf("envoyrls: headers need all three names, got limit %q, remaining %q, reset %q", h.Limit, h.Remaining, h.Reset)
+		return nil, fmt.Errorf("envoyrls: Config.Headers needs all three names, got Limit %q, Remaining %q, Reset %q", h.Limit, h.Remaining, h.Reset)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -115,14 +115,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	start := time.Now()
 	resp, limitedBy, client, err := s.decide(ctx, req)
 	if s.obs != nil {
-		ev := middleware.RequestEvent{Outcome: middleware.Passed, Latency: time.Since(start)}
+		ev := observe.RequestEvent{Outcome: observe.Passed, Latency: time.Since(start)}
 		switch {
 		case err != nil:
-			ev.Outcome = middleware.Failed
+			ev.Outcome = observe.Failed
 		case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
-			ev.Outcome, ev.Rule, ev.Client = middleware.Limited, limitedBy, client
+			ev.Outcome, ev.Rule, ev.Client = observe.Limited, limitedBy, client
 		case limitedBy != "":
-			ev.Outcome, ev.Rule = middleware.ShadowLimited, limitedBy
+			ev.Outcome, ev.Rule = observe.ShadowLimited, limitedBy
 		}
 		s.obs.ObserveRequest(ev)
 	}
@@ -317,7 +317,7 @@ func (s *Service) limit(ctx context.Context, v *verdict, now time.Time) error {
 		v.st.LimitRemaining = uint32(min(d.Remaining, math.MaxUint32))
 	}
 	if s.obs != nil {
-		s.obs.ObserveCheck(middleware.CheckEvent{Rule: v.metric, Decision: d, Shadow: r.ShadowMode || r.QuotaMode || s.cfg.QuotaMode, Latency: time.Since(start)})
+		s.obs.ObserveCheck(observe.CheckEvent{Rule: v.metric, Decision: d, Shadow: r.ShadowMode || r.QuotaMode || s.cfg.QuotaMode, Latency: time.Since(start)})
 	}
 	return nil
 }

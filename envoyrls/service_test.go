@@ -76,7 +76,7 @@ func TestHeadersName(t *testing.T) {
 	assert.LessOrEqual(t, reset, int64(3600))
 
 	_, err = envoyrls.New(envoyrls.Config{Limiter: r.lim, Rules: static(t, twoRules), Headers: envoyrls.Headers{Limit: "X"}})
-	assert.ErrorContains(t, err, "envoyrls: headers need all three names")
+	assert.ErrorContains(t, err, "envoyrls: Config.Headers needs all three names")
 }
 
 func mustAtoi(t *testing.T, s string) int64 {
@@ -191,9 +191,9 @@ func TestNew(t *testing.T) {
 	require.NoError(t, err)
 	defer lim.Close(context.Background())
 	_, err = envoyrls.New(envoyrls.Config{Rules: static(t, twoRules)})
-	assert.ErrorContains(t, err, "envoyrls: nil limiter")
+	assert.ErrorContains(t, err, "envoyrls: Config.Limiter is nil")
 	_, err = envoyrls.New(envoyrls.Config{Limiter: lim})
-	assert.ErrorContains(t, err, "envoyrls: nil rules")
+	assert.ErrorContains(t, err, "envoyrls: Config.Rules is nil")
 }
 
 func TestMetrics(t *testing.T) {

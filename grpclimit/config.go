@@ -8,13 +8,13 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // DefaultPenaltyClients is how many clients a penalty remembers when
-// Config.PenaltyClients is zero (as middleware.DefaultPenaltyClients).
-const DefaultPenaltyClients = middleware.DefaultPenaltyClients
+// Config.PenaltyClients is zero (rules.DefaultPenaltyClients).
+const DefaultPenaltyClients = rules.DefaultPenaltyClients
 
 // Config configures the interceptors. Limiter and Rules are required; every
 // other field has a usable zero value. New copies what it needs: changing a
@@ -25,7 +25,7 @@ type Config struct {
 	Limiter *hybrid.Limiter
 
 	// Rules returns the rules in force, once per call: a rules.Watcher's
-	// Current method, or middleware.StaticRules for fixed rules. Required.
+	// Current method, or rules.Static for fixed rules. Required.
 	// A nil *Rules from it fails the call.
 	Rules func() *rules.Rules
 
@@ -83,7 +83,7 @@ type Config struct {
 	// middleware's is (metrics.Recorder fits). RequestEvent.Client is the
 	// client key, RequestEvent.Latency the time the interceptor took before
 	// the handler ran. Nil means none.
-	Observer middleware.Observer
+	Observer observe.Observer
 
 	// PenaltyClients bounds how many clients the rules' penalty remembers.
 	// Zero means DefaultPenaltyClients.
@@ -101,7 +101,7 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("grpclimit: Config.Limiter is nil"))
 	}
 	if c.Rules == nil {
-		errs = append(errs, errors.New("grpclimit: Config.Rules is nil; use middleware.StaticRules or a Watcher's Current"))
+		errs = append(errs, errors.New("grpclimit: Config.Rules is nil; use rules.Static or a Watcher's Current"))
 	}
 	if err := c.IP.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("grpclimit: Config.IP: %w", err))

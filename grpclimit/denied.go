@@ -14,7 +14,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -28,7 +28,8 @@ const (
 	// RetryAfterKey is the retry delay in whole seconds, rounded up, at
 	// least 1, as HTTP's Retry-After.
 	RetryAfterKey = "retry-after"
-	// LimitKey is the denying check's capacity, as X-RateLimit-Limit; only
+	// LimitKey is the denying check's limit as its rule wrote it (the
+	// requests of its window, not a bucket's burst), as X-RateLimit-Limit; only
 	// on a limited call.
 	LimitKey = "x-ratelimit-limit"
 	// RemainingKey is what the denying check has left, as
@@ -39,16 +40,16 @@ const (
 // Denial describes a call the interceptors turn away, for Config.OnDenied.
 // A Denial is a small value.
 type Denial struct {
-	// Outcome is middleware.Limited, middleware.Banned (a banned address,
+	// Outcome is observe.Limited, observe.Banned (a banned address,
 	// or a client under the penalty's block: Rule says which) or
-	// middleware.Unavailable (the limiter fails closed while Redis is down).
-	Outcome middleware.Outcome
+	// observe.Unavailable (the limiter fails closed while Redis is down).
+	Outcome observe.Outcome
 	// Code is the status code DefaultOnDenied answers with:
 	// ResourceExhausted when limited or under the penalty's block,
 	// PermissionDenied when banned, Unavailable when failing closed.
 	Code codes.Code
 	// Rule names what denied the call: the check's rule for Limited and
-	// Unavailable, middleware.RuleBan or middleware.RulePenalty for Banned.
+	// Unavailable, observe.RuleBan or observe.RulePenalty for Banned.
 	Rule string
 	// Client is the client key the call was limited under.
 	Client string
@@ -77,18 +78,18 @@ func DefaultOnDenied(_ context.Context, d Denial) error {
 	}
 	var msg string
 	switch {
-	case d.Outcome == middleware.Banned && d.Rule == middleware.RuleBan:
+	case d.Outcome == observe.Banned && d.Rule == observe.RuleBan:
 		return status.Error(code, "grpclimit: calls from this address are forbidden")
-	case d.Outcome == middleware.Unavailable:
+	case d.Outcome == observe.Unavailable:
 		msg = fmt.Sprintf("grpclimit: rate limiting is temporarily unavailable; retry after %v", d.RetryAfter)
-	case d.Rule == middleware.RulePenalty:
+	case d.Rule == observe.RulePenalty:
 		msg = fmt.Sprintf("grpclimit: too many calls were refused; this client is blocked for %v", d.RetryAfter)
 	default:
 		msg = fmt.Sprintf("grpclimit: rate limit %q exceeded; retry after %v", d.Rule, d.RetryAfter)
 	}
 	st := status.New(code, msg)
 	details := []protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(max(d.RetryAfter, 0))}}
-	if d.Outcome != middleware.Unavailable {
+	if d.Outcome != observe.Unavailable {
 		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 			Subject:     d.Rule,
 			Description: quotaDescription(d),
@@ -103,7 +104,7 @@ func DefaultOnDenied(_ context.Context, d Denial) error {
 
 // quotaDescription says what the quota of a limited call is.
 func quotaDescription(d Denial) string {
-	if d.Rule == middleware.RulePenalty {
+	if d.Rule == observe.RulePenalty {
 		return "client blocked after repeated limited calls"
 	}
 	return fmt.Sprintf("limit %v", d.Check.Limit)
@@ -125,9 +126,9 @@ func DefaultOnError(_ context.Context, _ string, err error) error {
 func (v *verdict) denial(method string) Denial {
 	d := Denial{Outcome: v.outcome, Rule: v.rule, Client: v.client, FullMethod: method, RetryAfter: v.wait, Check: v.check, Decision: v.decision}
 	switch {
-	case v.outcome == middleware.Unavailable:
+	case v.outcome == observe.Unavailable:
 		d.Code, d.Rule = codes.Unavailable, v.check.Rule
-	case v.outcome == middleware.Banned && v.rule == middleware.RuleBan:
+	case v.outcome == observe.Banned && v.rule == observe.RuleBan:
 		d.Code = codes.PermissionDenied
 	default:
 		d.Code = codes.ResourceExhausted

@@ -19,7 +19,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/grpclimit"
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/middleware"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -45,7 +44,7 @@ func Example() {
 	}
 	ic, err := grpclimit.New(grpclimit.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		Client:  httpkey.APIKey(httpkey.APIKeyConfig{Header: "x-api-key"}),
 	})
 	if err != nil {

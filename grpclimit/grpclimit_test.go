@@ -28,7 +28,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -64,7 +64,7 @@ func compile(t testing.TB, yaml string) func() *rules.Rules {
 	require.NoError(t, err)
 	r, err := rules.Compile(cfg)
 	require.NoError(t, err)
-	return middleware.StaticRules(r)
+	return rules.Static(r)
 }
 
 // serve starts a real gRPC server on a loopback port, serving the health
@@ -93,9 +93,9 @@ func serve(t testing.TB, cfg grpclimit.Config, dial ...grpc.DialOption) healthpb
 	return healthpb.NewHealthClient(conn)
 }
 
-// call makes one Check call with the metadata pairs kv and returns its error
-// and trailer.
-func call(t testing.TB, c healthpb.HealthClient, kv ...string) (error, metadata.MD) {
+// call makes one Check call with the metadata pairs kv and returns its trailer
+// and error.
+func call(t testing.TB, c healthpb.HealthClient, kv ...string) (metadata.MD, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -104,7 +104,7 @@ func call(t testing.TB, c healthpb.HealthClient, kv ...string) (error, metadata.
 	}
 	var tr metadata.MD
 	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
-	return err, tr
+	return tr, err
 }
 
 // codesOf makes n Check calls and returns their status codes.
@@ -112,26 +112,26 @@ func codesOf(t testing.TB, c healthpb.HealthClient, n int, kv ...string) []codes
 	t.Helper()
 	out := make([]codes.Code, n)
 	for i := range out {
-		err, _ := call(t, c, kv...)
+		_, err := call(t, c, kv...)
 		out[i] = status.Code(err)
 	}
 	return out
 }
 
-// recorder is a middleware.Observer that keeps every event.
+// recorder is a observe.Observer that keeps every event.
 type recorder struct {
 	mu       sync.Mutex
-	checks   []middleware.CheckEvent
-	requests []middleware.RequestEvent
+	checks   []observe.CheckEvent
+	requests []observe.RequestEvent
 }
 
-func (r *recorder) ObserveCheck(e middleware.CheckEvent) {
+func (r *recorder) ObserveCheck(e observe.CheckEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks = append(r.checks, e)
 }
 
-func (r *recorder) ObserveRequest(e middleware.RequestEvent) {
+func (r *recorder) ObserveRequest(e observe.RequestEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, e)
@@ -149,6 +149,19 @@ func (r *recorder) outcomes() []string {
 	return out
 }
 
+// x-ratelimit-limit is the limit as its rule wrote it, not a bucket's burst.
+func TestLimitTrailerIsTheRuleAsWritten(t *testing.T) {
+	lim := newLimiter(t, hybrid.Config{Clock: clock.NewManual(epoch)})
+	c := serve(t, grpclimit.Config{Limiter: lim, Rules: compile(t, `rate_limits:
+  default: {requests: 3, window: 60, burst: 2}
+`)})
+	assert.Equal(t, []codes.Code{codes.OK, codes.OK}, codesOf(t, c, 2))
+	tr, err := call(t, c)
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Equal(t, []string{"3"}, tr.Get(grpclimit.LimitKey))
+	assert.Equal(t, []string{"0"}, tr.Get(grpclimit.RemainingKey))
+}
+
 // A unary call over the limit ends with ResourceExhausted, a RetryInfo and
 // a QuotaFailure detail, and the pushback and rate-limit trailers.
 func TestUnaryLimited(t *testing.T) {
@@ -159,7 +172,7 @@ func TestUnaryLimited(t *testing.T) {
     /grpc.health.v1.Health/Check: {requests: 2, window: 60}
 `)})
 	assert.Equal(t, []codes.Code{codes.OK, codes.OK}, codesOf(t, c, 2))
-	err, tr := call(t, c)
+	tr, err := call(t, c)
 	st := status.Convert(err)
 	require.Equal(t, codes.ResourceExhausted, st.Code(), "%v", err)
 	assert.Equal(t, `grpclimit: rate limit "endpoint:/grpc.health.v1.Health/Check" exceeded; retry after 30s`, st.Message())
@@ -272,7 +285,7 @@ func TestKeyedByMetadata(t *testing.T) {
 	assert.Equal(t, []codes.Code{codes.OK, codes.ResourceExhausted}, codesOf(t, c, 2, "x-api-key", "alpha"))
 	assert.Equal(t, []codes.Code{codes.OK, codes.ResourceExhausted}, codesOf(t, c, 2, "x-api-key", "beta"))
 	assert.Equal(t, []codes.Code{codes.OK, codes.ResourceExhausted}, codesOf(t, c, 2))
-	err, _ := call(t, c, "x-api-key", strings.Repeat("k", 300))
+	_, err := call(t, c, "x-api-key", strings.Repeat("k", 300))
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "a malformed key is the client's fault: %v", err)
 	assert.Equal(t, "grpclimit: the call's client key is malformed", status.Convert(err).Message())
 	mu.Lock()
@@ -295,7 +308,7 @@ func TestBanAndPenalty(t *testing.T) {
   ban: [192.0.2.0/24]
   penalty: {strikes: 2, within: 60, base: 10, max: 3600}
 `)})
-	err, tr := call(t, c, "x-forwarded-for", "192.0.2.7")
+	tr, err := call(t, c, "x-forwarded-for", "192.0.2.7")
 	st := status.Convert(err)
 	assert.Equal(t, codes.PermissionDenied, st.Code())
 	assert.Empty(t, st.Details(), "a ban does not end")
@@ -303,7 +316,7 @@ func TestBanAndPenalty(t *testing.T) {
 
 	from := []string{"x-forwarded-for", "198.51.100.1"}
 	assert.Equal(t, []codes.Code{codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, codesOf(t, c, 3, from...))
-	err, tr = call(t, c, from...)
+	tr, err = call(t, c, from...)
 	st = status.Convert(err)
 	require.Equal(t, codes.ResourceExhausted, st.Code())
 	assert.Equal(t, "grpclimit: too many calls were refused; this client is blocked for 10s", st.Message())
@@ -331,7 +344,7 @@ func TestClientRetryObeysPushback(t *testing.T) {
 }]}`))
 	start := time.Now()
 	for range 2 {
-		err, _ := call(t, c)
+		_, err := call(t, c)
 		require.NoError(t, err, "the second call is retried after the pushback, not after the 10 s backoff")
 	}
 	// 5 per second, burst 1: the second call waits 200 ms. The 10 s
@@ -357,7 +370,7 @@ func TestSharedAcrossServers(t *testing.T) {
 	}
 	got := []codes.Code{}
 	for i := range 5 {
-		err, _ := call(t, cs[i%2])
+		_, err := call(t, cs[i%2])
 		got = append(got, status.Code(err))
 	}
 	assert.Equal(t, []codes.Code{codes.OK, codes.OK, codes.OK, codes.ResourceExhausted, codes.ResourceExhausted}, got)
@@ -375,11 +388,11 @@ func TestFailClosed(t *testing.T) {
 	c := serve(t, grpclimit.Config{Limiter: lim, Rules: compile(t, `rate_limits:
   default: {requests: 100, window: 3600}
 `)})
-	err, _ := call(t, c)
+	_, err := call(t, c)
 	require.NoError(t, err)
 	srv.Kill()
 	require.Eventually(t, lim.Degraded, 10*time.Second, 5*time.Millisecond, "the breaker opens")
-	err, tr := call(t, c)
+	tr, err := call(t, c)
 	st := status.Convert(err)
 	require.Equal(t, codes.Unavailable, st.Code(), "%v", err)
 	require.Len(t, st.Details(), 1)
@@ -422,10 +435,10 @@ func TestOnDeniedAndOnError(t *testing.T) {
 	assert.Equal(t, "default|ip:127.0.0.1", seen[0].Check.Key)
 	assert.False(t, seen[0].Decision.Allowed)
 
-	err, _ := call(t, c, "cost", "-1")
+	_, err := call(t, c, "cost", "-1")
 	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
 	assert.Equal(t, check+": grpclimit: negative call cost -1", status.Convert(err).Message())
-	err, _ = call(t, c, "cost", "2")
+	_, err = call(t, c, "cost", "2")
 	assert.Contains(t, status.Convert(err).Message(), "exceeds the limit's capacity", "a cost above the capacity is refused, not denied")
 }
 
@@ -435,7 +448,7 @@ func TestDefaultOnError(t *testing.T) {
 	c := serve(t, grpclimit.Config{Limiter: lim, Rules: compile(t, `rate_limits:
   default: {requests: 1, window: 60}
 `), Cost: func(context.Context, string, any) int64 { return 5 }, Logger: slog.New(slog.DiscardHandler)})
-	err, _ := call(t, c)
+	_, err := call(t, c)
 	st := status.Convert(err)
 	assert.Equal(t, codes.Internal, st.Code())
 	assert.Equal(t, "grpclimit: the call could not be rate limited", st.Message())

@@ -17,7 +17,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -36,7 +36,7 @@ type Interceptors struct {
 	cost       func(context.Context, string, any) int64
 	onDenied   func(context.Context, Denial) error
 	onError    func(context.Context, string, error) error
-	obs        middleware.Observer
+	obs        observe.Observer
 	log        *slog.Logger
 	failClosed bool
 	penalties  penalties
@@ -112,7 +112,7 @@ func (ic *Interceptors) Stream() grpc.StreamServerInterceptor {
 
 // verdict is what the interceptors decided for a call.
 type verdict struct {
-	outcome  middleware.Outcome
+	outcome  observe.Outcome
 	rule     string        // as RequestEvent.Rule
 	client   string        // the client key, once known
 	wait     time.Duration // the retry delay of a denial
@@ -135,12 +135,12 @@ func (ic *Interceptors) started() time.Time {
 // may proceed. setTrailer sets the call's trailer metadata.
 func (ic *Interceptors) answer(ctx context.Context, method string, v verdict, start time.Time, setTrailer func(metadata.MD)) error {
 	if ic.obs != nil {
-		ic.obs.ObserveRequest(middleware.RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
+		ic.obs.ObserveRequest(observe.RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
 	}
 	switch v.outcome {
-	case middleware.Passed, middleware.ShadowLimited:
+	case observe.Passed, observe.ShadowLimited:
 		return nil
-	case middleware.Limited, middleware.Banned, middleware.Unavailable:
+	case observe.Limited, observe.Banned, observe.Unavailable:
 		d := v.denial(method)
 		if md := trailer(d); md != nil {
 			setTrailer(md)
@@ -161,26 +161,26 @@ func (ic *Interceptors) answer(ctx context.Context, method string, v verdict, st
 func (ic *Interceptors) evaluate(ctx context.Context, method string, req any) verdict {
 	rs := ic.rules()
 	if rs == nil {
-		return verdict{outcome: middleware.Failed, err: errors.New("grpclimit: the rules source returned nil")}
+		return verdict{outcome: observe.Failed, err: errors.New("grpclimit: the rules source returned nil")}
 	}
 	if !rs.Enabled() {
-		return verdict{outcome: middleware.Passed}
+		return verdict{outcome: observe.Passed}
 	}
 	view, err := requestView(ctx, method)
 	if err != nil {
-		return verdict{outcome: middleware.Failed, err: err}
+		return verdict{outcome: observe.Failed, err: err}
 	}
 	ip, err := ic.ip.ClientIP(view)
 	if err != nil {
-		return verdict{outcome: middleware.Failed, err: fmt.Errorf("grpclimit: client address: %w", err)}
+		return verdict{outcome: observe.Failed, err: fmt.Errorf("grpclimit: client address: %w", err)}
 	}
 	ipKey, err := ic.ip.KeyOf(ip)
 	if err != nil {
-		return verdict{outcome: middleware.Failed, err: fmt.Errorf("grpclimit: client address: %w", err)}
+		return verdict{outcome: observe.Failed, err: fmt.Errorf("grpclimit: client address: %w", err)}
 	}
 	client, err := ic.client(view)
 	if err != nil {
-		return verdict{outcome: middleware.Failed, err: fmt.Errorf("grpclimit: client key: %w", err)}
+		return verdict{outcome: observe.Failed, err: fmt.Errorf("grpclimit: client key: %w", err)}
 	}
 	r := rules.Request{Method: http.MethodPost, Path: method, IP: ip, IPKey: ipKey, Client: client}
 	if ic.user != nil {
@@ -197,33 +197,33 @@ func (ic *Interceptors) evaluate(ctx context.Context, method string, req any) ve
 	cost := int64(1)
 	if ic.cost != nil {
 		if cost = ic.cost(ctx, method, req); cost < 0 {
-			return verdict{outcome: middleware.Failed, client: client, err: fmt.Errorf("grpclimit: negative call cost %d", cost)}
+			return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("grpclimit: negative call cost %d", cost)}
 		}
 	}
 	shadow := rs.Shadow()
 	banned, checks := rs.Plan(r, make([]rules.Check, 0, rs.MaxChecks()))
 	if banned {
 		if shadow {
-			return verdict{outcome: middleware.ShadowLimited, rule: middleware.RuleBan, client: client}
+			return verdict{outcome: observe.ShadowLimited, rule: observe.RuleBan, client: client}
 		}
-		return verdict{outcome: middleware.Banned, rule: middleware.RuleBan, client: client}
+		return verdict{outcome: observe.Banned, rule: observe.RuleBan, client: client}
 	}
 	now := ic.lim.Now()
 	pen, err := ic.penalties.get(rs)
 	if err != nil {
-		return verdict{outcome: middleware.Failed, client: client, err: err}
+		return verdict{outcome: observe.Failed, client: client, err: err}
 	}
 	if pen != nil {
 		if wait, blocked := pen.Blocked(client, now); blocked {
 			if shadow {
-				return verdict{outcome: middleware.ShadowLimited, rule: middleware.RulePenalty, client: client}
+				return verdict{outcome: observe.ShadowLimited, rule: observe.RulePenalty, client: client}
 			}
-			return verdict{outcome: middleware.Banned, rule: middleware.RulePenalty, client: client, wait: wait}
+			return verdict{outcome: observe.Banned, rule: observe.RulePenalty, client: client, wait: wait}
 		}
 	}
 	v := ic.check(ctx, checks, cost)
 	v.client = client
-	if pen != nil && (v.outcome == middleware.Limited || shadow && v.outcome == middleware.ShadowLimited) {
+	if pen != nil && (v.outcome == observe.Limited || shadow && v.outcome == observe.ShadowLimited) {
 		pen.Strike(client, now)
 	}
 	return v
@@ -243,10 +243,10 @@ func (ic *Interceptors) check(ctx context.Context, checks []rules.Check, cost in
 				ic.log.Warn("grpclimit: shadow check skipped", "rule", c.Rule, "err", err)
 				continue
 			}
-			return verdict{outcome: middleware.Failed, err: fmt.Errorf("grpclimit: check %q: %w", c.Rule, err)}
+			return verdict{outcome: observe.Failed, err: fmt.Errorf("grpclimit: check %q: %w", c.Rule, err)}
 		}
 		if ic.obs != nil {
-			ic.obs.ObserveCheck(middleware.CheckEvent{Rule: c.Rule, Decision: d, Shadow: c.Shadow, Latency: time.Since(t0)})
+			ic.obs.ObserveCheck(observe.CheckEvent{Rule: c.Rule, Decision: d, Shadow: c.Shadow, Latency: time.Since(t0)})
 		}
 		switch {
 		case c.Shadow:
@@ -255,15 +255,15 @@ func (ic *Interceptors) check(ctx context.Context, checks []rules.Check, cost in
 			}
 		case d.Allowed:
 		case ic.failClosed && d.Source == hybrid.Degraded:
-			return verdict{outcome: middleware.Unavailable, wait: d.RetryAfter, check: c, decision: d}
+			return verdict{outcome: observe.Unavailable, wait: d.RetryAfter, check: c, decision: d}
 		default:
-			return verdict{outcome: middleware.Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
+			return verdict{outcome: observe.Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
 		}
 	}
 	if shadowRule != "" {
-		return verdict{outcome: middleware.ShadowLimited, rule: shadowRule}
+		return verdict{outcome: observe.ShadowLimited, rule: shadowRule}
 	}
-	return verdict{outcome: middleware.Passed}
+	return verdict{outcome: observe.Passed}
 }
 
 // requestView is the call as an HTTP request, for the httpkey extractors:
@@ -305,15 +305,15 @@ func (ic *Interceptors) defaultOnError(ctx context.Context, method string, err e
 // seconds), and for a limited call its limit, as the HTTP middleware's
 // X-RateLimit fields. A ban has none.
 func trailer(d Denial) metadata.MD {
-	if d.Outcome == middleware.Banned && d.Rule == middleware.RuleBan {
+	if d.Outcome == observe.Banned && d.Rule == observe.RuleBan {
 		return nil
 	}
 	md := metadata.MD{
 		PushbackKey:   {strconv.FormatInt(pushbackMillis(d.RetryAfter), 10)},
 		RetryAfterKey: {strconv.FormatInt(retrySeconds(d.RetryAfter), 10)},
 	}
-	if d.Outcome == middleware.Limited {
-		md[LimitKey] = []string{strconv.FormatInt(d.Check.Limit.Capacity(), 10)}
+	if d.Outcome == observe.Limited {
+		md[LimitKey] = []string{strconv.FormatInt(d.Check.Limit.Rate, 10)}
 		md[RemainingKey] = []string{strconv.FormatInt(d.Decision.Remaining, 10)}
 	}
 	return md

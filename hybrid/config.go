@@ -1,12 +1,14 @@
 package hybrid
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/clock"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -86,7 +88,7 @@ type Config struct {
 	// means LocalOnly whatever Mode says. The client stays the caller's: the
 	// limiter never closes it. In Sync mode give it ContextTimeoutEnabled:
 	// then deadlines reach the socket and each call runs on the caller's
-	// goroutine (about 40 µs less per decision measured, bench/results.md);
+	// goroutine (tens of µs less per decision, docs/benchmarks.md);
 	// without it each call is handed to a goroutine that can be abandoned
 	// at RedisTimeout.
 	Redis redis.UniversalClient
@@ -227,22 +229,11 @@ func (c *Config) effectiveMode() Mode {
 	return c.Mode
 }
 
-// withDefaults checks c and fills its zero fields.
+// withDefaults checks c and fills its zero fields, so that what the
+// limiter logs and reports are the values in force.
 func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Mode < Async || c.Mode > LocalOnly:
-		return c, fmt.Errorf("hybrid: unknown mode %d", c.Mode)
-	case c.Fallback < Conservative || c.Fallback > FailClosed:
-		return c, fmt.Errorf("hybrid: unknown fallback %d", c.Fallback)
-	case c.SyncInterval < 0, c.RedisTimeout < 0, c.BreakerOpenFor < 0, c.ActiveWindow < 0, c.StartupTimeout < 0, c.Lease < 0, c.ShortLease < 0, c.EscalationWait < 0, c.LedgerTTL < 0:
-		return c, fmt.Errorf("hybrid: negative duration in config (interval %v, redis timeout %v, open for %v, active window %v, startup %v, lease %v, short lease %v)",
-			c.SyncInterval, c.RedisTimeout, c.BreakerOpenFor, c.ActiveWindow, c.StartupTimeout, c.Lease, c.ShortLease)
-	case c.FleetSize < 0 || c.MaxKeys < 0 || c.MaxPending < 0 || c.MaxReports < 0:
-		return c, fmt.Errorf("hybrid: negative fleet size %d, max keys %d, max pending %d or max reports %d", c.FleetSize, c.MaxKeys, c.MaxPending, c.MaxReports)
-	case c.Lease != 0 && c.ShortLease > c.Lease:
-		return c, fmt.Errorf("hybrid: short lease %v is longer than the lease %v", c.ShortLease, c.Lease)
-	case c.SyncInterval != 0 && c.SyncInterval < time.Millisecond:
-		return c, fmt.Errorf("hybrid: sync interval %v is below 1ms", c.SyncInterval)
+	if err := c.validate(); err != nil {
+		return c, err
 	}
 	if c.SyncInterval == 0 {
 		c.SyncInterval = DefaultSyncInterval
@@ -265,6 +256,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.EvictionCheck == 0 {
 		c.EvictionCheck = DefaultEvictionCheck
 	}
+	if c.BreakerOpenFor == 0 {
+		c.BreakerOpenFor = breaker.DefaultOpenFor
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = breaker.DefaultFailures
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -272,4 +269,51 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// validate reports every mistake in c at once, each naming its field and
+// value: "hybrid: LedgerTTL is negative (-1ns)".
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("hybrid: "+format, args...)) }
+	if c.Mode < Async || c.Mode > LocalOnly {
+		bad("Mode %d is unknown (want Async, Sync or LocalOnly)", int(c.Mode))
+	}
+	if c.Fallback < Conservative || c.Fallback > FailClosed {
+		bad("Fallback %d is unknown (want Conservative, FailOpen or FailClosed)", int(c.Fallback))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+		min  time.Duration // the least a non-zero value may be
+	}{
+		{"SyncInterval", c.SyncInterval, time.Millisecond},
+		{"RedisTimeout", c.RedisTimeout, 0},
+		{"BreakerOpenFor", c.BreakerOpenFor, 0},
+		{"ActiveWindow", c.ActiveWindow, time.Millisecond},
+		{"Lease", c.Lease, time.Millisecond},
+		{"LedgerTTL", c.LedgerTTL, 0},
+		{"EscalationWait", c.EscalationWait, 0},
+		{"ShortLease", c.ShortLease, time.Millisecond},
+		{"StartupTimeout", c.StartupTimeout, 0},
+	} {
+		switch {
+		case f.d < 0:
+			bad("%s is negative (%v)", f.name, f.d)
+		case f.d > 0 && f.d < f.min:
+			bad("%s %v is below %v", f.name, f.d, f.min)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"FleetSize", c.FleetSize}, {"MaxKeys", c.MaxKeys}, {"MaxPending", c.MaxPending}, {"MaxReports", c.MaxReports}} {
+		if f.n < 0 {
+			bad("%s is negative (%d)", f.name, f.n)
+		}
+	}
+	if c.Lease > 0 && c.ShortLease > c.Lease {
+		bad("ShortLease %v is longer than Lease %v", c.ShortLease, c.Lease)
+	}
+	return errors.Join(errs...)
 }

@@ -72,7 +72,7 @@ func ExampleLimiter_ReserveN() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Println("act in", last.Delay)
+		fmt.Println("act in", last.Delay())
 	}
 	if err := last.Cancel(ctx); err != nil { // the fourth will not be needed
 		panic(err)
@@ -81,7 +81,7 @@ func ExampleLimiter_ReserveN() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("two more act in", r.Delay)
+	fmt.Println("two more act in", r.Delay())
 	// Output:
 	// act in 0s
 	// act in 0s

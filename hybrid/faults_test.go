@@ -219,6 +219,20 @@ func TestBreakerTransitionsAreLogged(t *testing.T) {
 	assert.Equal(t, slog.LevelInfo, end[0].level)
 }
 
+// The breaker's log says when the probe comes: the OpenFor in force, the
+// default when Config.BreakerOpenFor is zero (it logged "probe_in=0s"
+// while the breaker waited 1 s).
+func TestBreakerLogsTheProbeDelayInForce(t *testing.T) {
+	srv := redistest.Start(t)
+	log, h := newLogger()
+	l := newLimiter(t, Config{Redis: client(t, srv), Logger: log, SyncInterval: 10 * time.Millisecond, FleetSize: 2})
+	srv.Kill()
+	require.Eventually(t, l.Degraded, 5*time.Second, 5*time.Millisecond)
+	opened := h.find("breaker open")
+	require.NotEmpty(t, opened, "the opening is logged:\n%s", h)
+	assert.Equal(t, breaker.DefaultOpenFor.String(), opened[0].attrs["probe_in"])
+}
+
 // A step of the node's clock, forwards or backwards, is recognised at the
 // next round: the limiter's time is Redis's again, and a key spent to its
 // limit stays spent. Before the step was recognised, a forward jump of five

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,21 +122,40 @@ func TestBadInputIsAnErrorThatChangesNothing(t *testing.T) {
 	}
 }
 
+// Every mistake in a Config is refused by New, each named by its field and
+// value, all at once.
 func TestConfigErrors(t *testing.T) {
-	cases := []Config{
-		{Mode: Mode(7)},
-		{Fallback: Fallback(9)},
-		{SyncInterval: -time.Second},
-		{SyncInterval: time.Microsecond},
-		{FleetSize: -1},
-		{MaxKeys: -1},
-		{Redis: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Prefix: "bad{prefix}"},
+	cases := []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Mode: Mode(7)}, []string{"hybrid: Mode 7 is unknown (want Async, Sync or LocalOnly)"}},
+		{Config{Fallback: Fallback(9)}, []string{"hybrid: Fallback 9 is unknown"}},
+		{Config{SyncInterval: -time.Second}, []string{"hybrid: SyncInterval is negative (-1s)"}},
+		{Config{SyncInterval: time.Microsecond}, []string{"hybrid: SyncInterval 1µs is below 1ms"}},
+		{Config{LedgerTTL: -1}, []string{"hybrid: LedgerTTL is negative (-1ns)"}},
+		{Config{RedisTimeout: -1}, []string{"hybrid: RedisTimeout is negative"}},
+		{Config{BreakerOpenFor: -1}, []string{"hybrid: BreakerOpenFor is negative"}},
+		{Config{EscalationWait: -1}, []string{"hybrid: EscalationWait is negative"}},
+		{Config{StartupTimeout: -1}, []string{"hybrid: StartupTimeout is negative"}},
+		{Config{ActiveWindow: time.Microsecond}, []string{"hybrid: ActiveWindow 1µs is below 1ms"}},
+		{Config{Lease: time.Microsecond}, []string{"hybrid: Lease 1µs is below 1ms"}},
+		{Config{Lease: time.Second, ShortLease: 2 * time.Second}, []string{"hybrid: ShortLease 2s is longer than Lease 1s"}},
+		{Config{FleetSize: -1}, []string{"hybrid: FleetSize is negative (-1)"}},
+		{Config{MaxKeys: -1}, []string{"hybrid: MaxKeys is negative (-1)"}},
+		{Config{MaxPending: -2, MaxReports: -3, Lease: -time.Second},
+			[]string{"hybrid: MaxPending is negative (-2)", "hybrid: MaxReports is negative (-3)", "hybrid: Lease is negative (-1s)"}},
+		{Config{Redis: redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Prefix: "bad{prefix}"}, []string{"Prefix \"bad{prefix}\""}},
 	}
-	for _, c := range cases {
-		_, err := New(c)
-		assert.Error(t, err, "%+v", c)
-		if c.Redis != nil {
-			_ = c.Redis.Close()
+	for _, tc := range cases {
+		_, err := New(tc.cfg)
+		require.Error(t, err, "%+v", tc.cfg)
+		for _, w := range tc.want {
+			assert.ErrorContains(t, err, w)
+		}
+		assert.Len(t, strings.Split(err.Error(), "\n"), len(tc.want), "one line per mistake: %v", err)
+		if tc.cfg.Redis != nil {
+			_ = tc.cfg.Redis.Close()
 		}
 	}
 }

@@ -18,20 +18,19 @@ import (
 const InfDuration = time.Duration(math.MaxInt64)
 
 // Reservation is the outcome of Reserve and ReserveN: a request admitted
-// now or later, with golang.org/x/time/rate's semantics. Allowed (or OK)
-// reports whether it was made; Delay is how long the holder must wait
-// before acting; Cancel gives it back if the holder will not act.
+// now or later, with golang.org/x/time/rate's semantics and methods. OK
+// (or Allowed) reports whether it was made; Delay and DelayFrom say how
+// long the holder must still wait before acting; Cancel gives it back if
+// the holder will not act.
 //
 // The Decision holds the key's state after the reservation: Remaining,
 // ResetAfter, and when it was not made, RetryAfter (when a reservation of
-// the same weight would be made). A Reservation is safe for concurrent use.
+// the same weight would be made). The zero Reservation is one that was not
+// made. A Reservation is safe for concurrent use.
 type Reservation struct {
 	Decision
-	// Delay is how long the holder must wait, from the moment the
-	// reservation was made, before acting. Zero for a reservation that was
-	// not made.
-	Delay time.Duration
 
+	delay    time.Duration // the wait from when it was made; zero if not made
 	l        *Limiter
 	key      string
 	lim      Limit
@@ -43,6 +42,17 @@ type Reservation struct {
 // OK reports whether the reservation was made: Allowed.
 func (r *Reservation) OK() bool { return r.Allowed }
 
+// Delay is shorthand for DelayFrom(Limiter.Now()): how long the holder must
+// still wait before acting, zero when it may act now, InfDuration when the
+// reservation was not made. As x/time/rate's Delay reads time.Now, this
+// reads the limiter's clock.
+func (r *Reservation) Delay() time.Duration {
+	if r.l == nil {
+		return r.DelayFrom(time.Now())
+	}
+	return r.DelayFrom(r.l.Now())
+}
+
 // TimeToAct returns when the holder may act, on the limiter's clock
 // (Limiter.Now, aligned to Redis server TIME). The zero Time for a
 // reservation that was not made.
@@ -50,7 +60,7 @@ func (r *Reservation) TimeToAct() time.Time {
 	if !r.Allowed {
 		return time.Time{}
 	}
-	return time.Unix(0, r.at+int64(r.Delay))
+	return time.Unix(0, r.at+int64(r.delay))
 }
 
 // DelayFrom returns how long the holder must still wait at t, a time on the
@@ -60,7 +70,7 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.Allowed {
 		return InfDuration
 	}
-	return max(time.Duration(r.at+int64(r.Delay)-t.UnixNano()), 0)
+	return max(time.Duration(r.at+int64(r.delay)-t.UnixNano()), 0)
 }
 
 // Cancel tells the limiter that the holder will not act, and gives back as
@@ -82,7 +92,7 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	act := r.at + int64(r.Delay)
+	act := r.at + int64(r.delay)
 	if r.Source != Remote {
 		_, err := l.engine.CancelN(l.now(), r.key, r.lim, r.n, act)
 		return err
@@ -106,8 +116,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 }
 
 // ReserveN reserves a request of weight n for key under lim and says how
-// long the holder must wait before acting, with golang.org/x/time/rate's
-// semantics:
+// long the holder must wait before acting (Reservation.Delay), with
+// golang.org/x/time/rate's semantics:
 //
 //   - on the token bucket the request is admitted now or later: the bucket
 //     goes into debt and the Delay is how long its tokens take to refill;
@@ -126,10 +136,20 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limit) (*Reservat
 // Where it is made follows AllowN: in memory in LocalOnly and Async mode,
 // in Redis (one script) in Sync mode, in memory under the Fallback while
 // degraded (FailOpen admits at once, FailClosed refuses until the breaker's
-// next probe). The window algorithms cannot reserve (ErrUnsupported). An
-// error is the caller's mistake, as for AllowN.
+// next probe). The window algorithms cannot reserve (ErrUnsupported).
+//
+// An error is the caller's mistake, as for AllowN: n above the burst
+// (ErrExceedsCapacity), an invalid key or limit, a window algorithm, a
+// closed limiter. ReserveN never returns a nil Reservation: with an error
+// it returns one that is not OK, with a zero Decision. So code written for
+// x/time/rate, whose ReserveN answers n above the burst with a Reservation
+// that is not OK (and no error), sees the refusal in OK as well.
 func (l *Limiter) ReserveN(ctx context.Context, key string, lim Limit, n int64) (*Reservation, error) {
-	return l.reserve(ctx, key, lim, n, limit.MaxSpan)
+	r, err := l.reserve(ctx, key, lim, n, limit.MaxSpan)
+	if err != nil {
+		return &Reservation{}, err
+	}
+	return r, nil
 }
 
 // reserve is ReserveN with the longest wait admitted.
@@ -152,7 +172,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		})
 		if err == nil {
 			l.keepWarm(key, lim, d)
-			r.Decision, r.Delay, r.at = Decision{Result: d.Result, Source: Remote}, d.Delay, d.Now
+			r.Decision, r.delay, r.at = Decision{Result: d.Result, Source: Remote}, d.Delay, d.Now
 			return r, nil
 		}
 		if isCallerError(err) {
@@ -167,7 +187,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		if err != nil {
 			return nil, err
 		}
-		r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+		r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
 		return r, nil
 	}
 	// In memory, in a mode with Redis: no promise the reconciliation would
@@ -180,7 +200,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 	if err != nil {
 		return nil, err
 	}
-	r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+	r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
 	return r, nil
 }
 
@@ -208,7 +228,7 @@ func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reser
 			}
 			res.Allowed, res.RetryAfter, res.Delay = true, 0, 0
 		}
-		r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+		r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
 		return r, nil
 	case FailClosed:
 		res, err := l.engine.AllowN(now, r.key, r.lim, 0) // validates, and reports without spending
@@ -224,7 +244,7 @@ func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reser
 	if err != nil {
 		return nil, err
 	}
-	r.Decision, r.Delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+	r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
 	return r, nil
 }
 
@@ -276,10 +296,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) err
 			return err
 		}
 		if r.Allowed {
-			if r.Delay <= 0 {
+			if r.delay <= 0 {
 				return nil
 			}
-			if err := l.sleep(ctx, r.Delay); err != nil {
+			if err := l.sleep(ctx, r.delay); err != nil {
 				_ = r.Cancel(context.WithoutCancel(ctx))
 				return err
 			}

@@ -51,7 +51,7 @@ func (s *memorySubject) Reserve(n int) (rateparity.Outcome, func() (time.Time, e
 		at := s.l.now()
 		return time.Unix(0, at), r.Cancel(bg)
 	}
-	return s.outcome(r.OK(), r.Delay, r.Remaining, r.at), cancel, nil
+	return s.outcome(r.OK(), r.delay, r.Remaining, r.at), cancel, nil
 }
 
 func (s *memorySubject) outcome(ok bool, delay time.Duration, remaining, at int64) rateparity.Outcome {
@@ -87,10 +87,10 @@ func (s *syncSubject) Reserve(n int) (rateparity.Outcome, func() (time.Time, err
 	}
 	cancel := func() (time.Time, error) {
 		// What Reservation.Cancel runs, called directly for its TIME.
-		_, d, err := s.l.store.CancelN(bg, "k", s.lim, int64(n), r.at+int64(r.Delay))
+		_, d, err := s.l.store.CancelN(bg, "k", s.lim, int64(n), r.at+int64(r.delay))
 		return time.Unix(0, d.Now), err
 	}
-	return s.outcome(r.OK(), r.Delay, r.Remaining, r.at), cancel, nil
+	return s.outcome(r.OK(), r.delay, r.Remaining, r.at), cancel, nil
 }
 
 func (s *syncSubject) outcome(ok bool, delay time.Duration, remaining, at int64) rateparity.Outcome {
@@ -229,7 +229,7 @@ func TestCancelDoesNotDoubleBookASlot(t *testing.T) {
 			// from its own instant.
 			assert.Equal(t, rs[2].TimeToAct().Add(100*ms), d.TimeToAct(), "d after c, not beside it")
 			if mode != Sync {
-				assert.Equal(t, 300*ms, d.Delay)
+				assert.Equal(t, 300*ms, d.Delay())
 			}
 			require.NoError(t, rs[1].Cancel(bg), "a second cancel does nothing")
 			require.NoError(t, d.Cancel(bg))
@@ -269,7 +269,7 @@ func TestWaitOnTheLimitersClock(t *testing.T) {
 	assert.ErrorIs(t, <-done, context.Canceled)
 	r, err := l.Reserve(bg, "k", lim)
 	require.NoError(t, err)
-	assert.Equal(t, 100*time.Millisecond, r.Delay)
+	assert.Equal(t, 100*time.Millisecond, r.Delay())
 }
 
 // WaitN returns at once, reserving nothing, when the wait would outlast
@@ -285,9 +285,15 @@ func TestWaitErrors(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	r, err := l.Reserve(bg, "k", lim)
 	require.NoError(t, err)
-	assert.Equal(t, 100*time.Millisecond, r.Delay, "the refused wait reserved nothing")
+	assert.Equal(t, 100*time.Millisecond, r.Delay(), "the refused wait reserved nothing")
 
 	assert.ErrorIs(t, l.WaitN(bg, "k", lim, 3), ErrExceedsCapacity)
+	r, err = l.ReserveN(bg, "k", lim, 3)
+	assert.ErrorIs(t, err, ErrExceedsCapacity)
+	require.NotNil(t, r, "a Reservation that is not OK, as x/time/rate's")
+	assert.False(t, r.OK())
+	assert.Equal(t, InfDuration, r.Delay())
+	assert.False(t, rate.NewLimiter(10, 2).ReserveN(clk.Now(), 3).OK(), "x/time/rate's answer")
 	assert.ErrorIs(t, l.Wait(bg, "k", PerSecond(10).WithAlgorithm(FixedWindow)), ErrUnsupported)
 	_, err = l.Reserve(bg, "k", PerSecond(10).WithAlgorithm(SlidingWindowCounter))
 	assert.ErrorIs(t, err, ErrUnsupported)
@@ -312,7 +318,7 @@ func TestAsyncReservationsStayWithinOneTolerance(t *testing.T) {
 		r, err := l.Reserve(bg, "k", lim)
 		require.NoError(t, err)
 		require.True(t, r.OK())
-		waits = append(waits, r.Delay)
+		waits = append(waits, r.Delay())
 	}
 	assert.Equal(t, []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond}, waits)
 	r, err := l.Reserve(bg, "k", lim)
@@ -339,9 +345,13 @@ func TestAsyncReservationsStayWithinOneTolerance(t *testing.T) {
 	r, err = local.Reserve(bg, "k", lim)
 	require.NoError(t, err)
 	assert.True(t, r.OK())
-	assert.Equal(t, 300*time.Millisecond, r.Delay)
+	assert.Equal(t, 300*time.Millisecond, r.Delay())
 	assert.Equal(t, r.TimeToAct(), local.Now().Add(300*time.Millisecond))
 	assert.Equal(t, 200*time.Millisecond, r.DelayFrom(local.Now().Add(100*time.Millisecond)))
+	clk.Advance(120 * time.Millisecond)
+	assert.Equal(t, 180*time.Millisecond, r.Delay(), "what is left to wait, on the limiter's clock")
+	clk.Advance(time.Second)
+	assert.Zero(t, r.Delay())
 }
 
 // While degraded, reservations follow the fallback: FailOpen lets every
@@ -362,7 +372,7 @@ func TestReserveUnderFallbacks(t *testing.T) {
 		r, err := l.ReserveN(bg, "k", lim, 1)
 		require.NoError(t, err)
 		assert.True(t, r.OK())
-		assert.Zero(t, r.Delay, "past the tolerance: admitted at once")
+		assert.Zero(t, r.Delay(), "past the tolerance: admitted at once")
 	})
 	t.Run("fail closed", func(t *testing.T) {
 		cfg := deadRedis(t)

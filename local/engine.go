@@ -143,8 +143,11 @@ func (e *Engine) Seal() {
 
 // New returns an Engine configured by cfg.
 func New(cfg Config) (*Engine, error) {
-	if cfg.Shards < 0 || cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("local: negative shards %d or max keys %d", cfg.Shards, cfg.MaxKeys)
+	if cfg.Shards < 0 {
+		return nil, fmt.Errorf("local: Shards is negative (%d)", cfg.Shards)
+	}
+	if cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("local: MaxKeys is negative (%d)", cfg.MaxKeys)
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {

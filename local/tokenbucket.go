@@ -75,7 +75,3 @@ func seedTAT(st *[3]int64, p *policy, s Share, globalTAT, pending int64) {
 	st[1] = 0
 	st[0] = globalTAT + ratemath.MulSat(pending, gcraInterval(st, p, s))
 }
-
-// bucketFresh reports whether a bucket is full again at now: forgetting it
-// loses nothing.
-func bucketFresh(st *[3]int64, now int64) bool { return st[0] <= now }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 )
 
 // The observer runs on every request's goroutine: it must not allocate once
@@ -15,9 +15,9 @@ import (
 func TestObserveDoesNotAllocate(t *testing.T) {
 	r, _ := newRecorder(t, Options{})
 	lim := limit.PerSecond(10)
-	check := middleware.CheckEvent{Rule: "per_ip", Decision: decision(hybrid.Local, true, 0, lim), Latency: 120 * time.Nanosecond}
-	passed := middleware.RequestEvent{Outcome: middleware.Passed, Client: "ip:203.0.113.7", Latency: time.Microsecond}
-	limited := middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: "ip:203.0.113.7", Latency: time.Microsecond}
+	check := observe.CheckEvent{Rule: "per_ip", Decision: decision(hybrid.Local, true, 0, lim), Latency: 120 * time.Nanosecond}
+	passed := observe.RequestEvent{Outcome: observe.Passed, Client: "ip:203.0.113.7", Latency: time.Microsecond}
+	limited := observe.RequestEvent{Outcome: observe.Limited, Rule: "per_ip", Client: "ip:203.0.113.7", Latency: time.Microsecond}
 	r.ObserveCheck(check)
 	r.ObserveRequest(limited)
 	assert0 := func(name string, f func()) {
@@ -33,7 +33,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 
 func BenchmarkObserveCheck(b *testing.B) {
 	lim := limit.PerSecond(10)
-	ev := middleware.CheckEvent{Rule: "per_ip", Decision: decision(hybrid.Local, true, 0, lim), Latency: 120 * time.Nanosecond}
+	ev := observe.CheckEvent{Rule: "per_ip", Decision: decision(hybrid.Local, true, 0, lim), Latency: 120 * time.Nanosecond}
 	b.Run("serial", func(b *testing.B) {
 		r, _ := newRecorder(b, Options{})
 		b.ReportAllocs()
@@ -52,7 +52,7 @@ func BenchmarkObserveCheck(b *testing.B) {
 	})
 	b.Run("parallel, 20 rules", func(b *testing.B) {
 		r, _ := newRecorder(b, Options{})
-		evs := make([]middleware.CheckEvent, 20)
+		evs := make([]observe.CheckEvent, 20)
 		for i := range evs {
 			evs[i] = ev
 			evs[i].Rule = fmt.Sprintf("endpoint:GET /api/v1/r%d", i)
@@ -72,7 +72,7 @@ func BenchmarkObserveCheck(b *testing.B) {
 func BenchmarkObserveRequest(b *testing.B) {
 	b.Run("passed", func(b *testing.B) {
 		r, _ := newRecorder(b, Options{})
-		ev := middleware.RequestEvent{Outcome: middleware.Passed, Client: "ip:203.0.113.7", Latency: time.Microsecond}
+		ev := observe.RequestEvent{Outcome: observe.Passed, Client: "ip:203.0.113.7", Latency: time.Microsecond}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -86,9 +86,9 @@ func BenchmarkObserveRequest(b *testing.B) {
 	}{{"hashed labels (the default)", Options{}}, {"plain labels", Options{ClientLabel: PlainClientLabel}}} {
 		b.Run("limited, 100 clients held, "+labels.name, func(b *testing.B) {
 			r, _ := newRecorder(b, labels.opts)
-			evs := make([]middleware.RequestEvent, DefaultTopClients)
+			evs := make([]observe.RequestEvent, DefaultTopClients)
 			for i := range evs {
-				evs[i] = middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:203.0.113.%d", i)}
+				evs[i] = observe.RequestEvent{Outcome: observe.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:203.0.113.%d", i)}
 			}
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -104,9 +104,9 @@ func BenchmarkObserveRequest(b *testing.B) {
 		// Every limited request a new client: each evicts the least recent
 		// and creates a series. The worst case, under a spread-out attack.
 		r, _ := newRecorder(b, Options{})
-		evs := make([]middleware.RequestEvent, 10*DefaultTopClients)
+		evs := make([]observe.RequestEvent, 10*DefaultTopClients)
 		for i := range evs {
-			evs[i] = middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:198.51.%d.%d", i/256, i%256)}
+			evs[i] = observe.RequestEvent{Outcome: observe.Limited, Rule: "per_ip", Client: fmt.Sprintf("ip:198.51.%d.%d", i/256, i%256)}
 		}
 		b.ReportAllocs()
 		i := 0
@@ -137,11 +137,11 @@ func BenchmarkScrape(b *testing.B) {
 	lim := limit.PerSecond(10)
 	for i := range 20 {
 		for s := range 3 {
-			r.ObserveCheck(middleware.CheckEvent{Rule: fmt.Sprintf("rule-%d", i), Decision: decision(hybrid.Source(s), true, 1, lim)})
+			r.ObserveCheck(observe.CheckEvent{Rule: fmt.Sprintf("rule-%d", i), Decision: decision(hybrid.Source(s), true, 1, lim)})
 		}
 	}
 	for i := range DefaultTopClients {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "rule-0", Client: fmt.Sprintf("c%d", i)})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "rule-0", Client: fmt.Sprintf("c%d", i)})
 	}
 	b.ReportAllocs()
 	for b.Loop() {

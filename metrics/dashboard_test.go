@@ -20,7 +20,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -45,12 +45,12 @@ func registered(t *testing.T) map[string]family {
 	for src := range 3 {
 		for _, allowed := range []bool{true, false} {
 			for _, shadow := range []bool{true, false} {
-				r.ObserveCheck(middleware.CheckEvent{Rule: "global", Decision: decision(hybrid.Source(src), allowed, 0, lim), Shadow: shadow, Latency: time.Microsecond})
+				r.ObserveCheck(observe.CheckEvent{Rule: "global", Decision: decision(hybrid.Source(src), allowed, 0, lim), Shadow: shadow, Latency: time.Microsecond})
 			}
 		}
 	}
 	for o := range numOutcomes {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Outcome(o), Rule: "global", Client: "client", Latency: time.Microsecond})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Outcome(o), Rule: "global", Client: "client", Latency: time.Microsecond})
 	}
 	r.ObserveRound(reconcile.RoundInfo{Keys: 10, Duration: time.Millisecond, Nodes: 3})
 	r.ObserveRound(reconcile.RoundInfo{Keys: 10, Duration: time.Millisecond, Err: errors.New("boom")})

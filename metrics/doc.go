@@ -4,7 +4,7 @@
 // Two sources feed it:
 //
 //   - A Recorder counts events as they happen. It implements
-//     middleware.Observer (every check and every request the middleware
+//     observe.Observer (every check and every request the middleware
 //     handles: results by rule and by source, check latency, near-limit
 //     checks, the most limited clients), and its ObserveRound method is a
 //     hybrid.Config.OnRound hook (the duration and size of every sync

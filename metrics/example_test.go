@@ -9,7 +9,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/metrics"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 )
 
 // A Recorder on a private registry, watching a limiter, fed the events a
@@ -39,10 +39,10 @@ func Example() {
 		if err != nil {
 			panic(err)
 		}
-		rec.ObserveCheck(middleware.CheckEvent{Rule: "per_user", Decision: d, Latency: time.Since(start)})
-		ev := middleware.RequestEvent{Outcome: middleware.Passed, Client: "user:42", Latency: time.Since(start)}
+		rec.ObserveCheck(observe.CheckEvent{Rule: "per_user", Decision: d, Latency: time.Since(start)})
+		ev := observe.RequestEvent{Outcome: observe.Passed, Client: "user:42", Latency: time.Since(start)}
 		if !d.Allowed {
-			ev.Outcome, ev.Rule = middleware.Limited, "per_user"
+			ev.Outcome, ev.Rule = observe.Limited, "per_user"
 		}
 		rec.ObserveRequest(ev)
 	}

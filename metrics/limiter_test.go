@@ -18,7 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/remote"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
@@ -325,15 +325,15 @@ func TestConcurrentScrapesOfALiveLimiter(t *testing.T) {
 }
 
 // middlewareCheck is the event a middleware reports for one check.
-func middlewareCheck(rule string, d hybrid.Decision, latency time.Duration) middleware.CheckEvent {
-	return middleware.CheckEvent{Rule: rule, Decision: d, Latency: latency}
+func middlewareCheck(rule string, d hybrid.Decision, latency time.Duration) observe.CheckEvent {
+	return observe.CheckEvent{Rule: rule, Decision: d, Latency: latency}
 }
 
 // middlewareRequest is the event a middleware reports for a request
 // decided by d alone.
-func middlewareRequest(d hybrid.Decision, rule, client string) middleware.RequestEvent {
+func middlewareRequest(d hybrid.Decision, rule, client string) observe.RequestEvent {
 	if d.Allowed {
-		return middleware.RequestEvent{Outcome: middleware.Passed, Client: client}
+		return observe.RequestEvent{Outcome: observe.Passed, Client: client}
 	}
-	return middleware.RequestEvent{Outcome: middleware.Limited, Rule: rule, Client: client}
+	return observe.RequestEvent{Outcome: observe.Limited, Rule: rule, Client: client}
 }

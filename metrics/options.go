@@ -126,18 +126,18 @@ func (o Options) withDefaults() (Options, error) {
 		o.Namespace = DefaultNamespace
 	}
 	if !validName(o.Namespace) {
-		return o, fmt.Errorf("metrics: namespace %q is not a valid metric name", o.Namespace)
+		return o, fmt.Errorf("metrics: Namespace %q is not a valid metric name", o.Namespace)
 	}
 	var err error
 	if o.LatencyBuckets, err = buckets(o.LatencyBuckets, DefaultLatencyBuckets); err != nil {
-		return o, fmt.Errorf("metrics: latency buckets: %w", err)
+		return o, fmt.Errorf("metrics: LatencyBuckets: %w", err)
 	}
 	if o.RoundBuckets, err = buckets(o.RoundBuckets, DefaultRoundBuckets); err != nil {
-		return o, fmt.Errorf("metrics: round buckets: %w", err)
+		return o, fmt.Errorf("metrics: RoundBuckets: %w", err)
 	}
 	switch {
 	case math.IsNaN(o.NearLimit) || o.NearLimit > 1:
-		return o, fmt.Errorf("metrics: near-limit fraction %v is not at most 1", o.NearLimit)
+		return o, fmt.Errorf("metrics: NearLimit %v is not at most 1", o.NearLimit)
 	case o.NearLimit == 0:
 		o.NearLimit = DefaultNearLimit
 	case o.NearLimit < 0:
@@ -147,7 +147,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.TopClients = DefaultTopClients
 	}
 	if o.MaxRules < 0 {
-		return o, fmt.Errorf("metrics: negative max rules %d", o.MaxRules)
+		return o, fmt.Errorf("metrics: MaxRules is negative (%d)", o.MaxRules)
 	}
 	if o.MaxRules == 0 {
 		o.MaxRules = DefaultMaxRules

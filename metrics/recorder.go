@@ -12,7 +12,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/hybrid"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
@@ -25,7 +25,7 @@ const (
 )
 
 // Values of the result label of rate_limit_requests_total, one per
-// middleware.Outcome, and of rate_limit_checks_total (the first three).
+// observe.Outcome, and of rate_limit_checks_total (the first three).
 const (
 	resultAllowed       = "allowed"
 	resultLimited       = "limited"
@@ -90,30 +90,30 @@ func checkResultName(i int) string {
 	return resultShadowLimited
 }
 
-// numOutcomes is the number of middleware.Outcome values.
-const numOutcomes = int(middleware.Failed) + 1
+// numOutcomes is the number of observe.Outcome values.
+const numOutcomes = int(observe.Failed) + 1
 
 // outcomeName is the result label value of request outcome o.
-func outcomeName(o middleware.Outcome) string {
+func outcomeName(o observe.Outcome) string {
 	switch o {
-	case middleware.Passed:
+	case observe.Passed:
 		return resultAllowed
-	case middleware.Limited:
+	case observe.Limited:
 		return resultLimited
-	case middleware.Banned:
+	case observe.Banned:
 		return resultBanned
-	case middleware.Unavailable:
+	case observe.Unavailable:
 		return resultUnavailable
-	case middleware.ShadowLimited:
+	case observe.ShadowLimited:
 		return resultShadowLimited
-	case middleware.Failed:
+	case observe.Failed:
 		return resultFailed
 	}
 	return resultUnknown
 }
 
 // Recorder records what the middleware and the reconciler do as Prometheus
-// metrics. It implements middleware.Observer; ObserveRound is a
+// metrics. It implements observe.Observer; ObserveRound is a
 // hybrid.Config.OnRound hook; Watch adds a limiter's own counters.
 //
 // Make one with New. A Recorder is itself a prometheus.Collector of its
@@ -183,7 +183,7 @@ func New(reg prometheus.Registerer, opts Options) (*Recorder, error) {
 		Help: "Requests the rate-limit middleware handled, by result: allowed, limited (429), shadow_limited (a shadow rule would have limited it; it passed), banned (403), unavailable (limiter degraded and failing closed: 503), failed (could not be checked).",
 	}, []string{labelResult})
 	for o := range numOutcomes {
-		r.requestsBy[o] = r.requests.WithLabelValues(outcomeName(middleware.Outcome(o)))
+		r.requestsBy[o] = r.requests.WithLabelValues(outcomeName(observe.Outcome(o)))
 	}
 	r.requestLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: ns, Name: "request_duration_seconds",
@@ -281,7 +281,7 @@ func (r *Recorder) Watch(l *hybrid.Limiter) error {
 // result; check_duration_seconds by source; near_limit_total by rule when
 // the check was admitted and left less than Options.NearLimit of the
 // limit's capacity.
-func (r *Recorder) ObserveCheck(ev middleware.CheckEvent) {
+func (r *Recorder) ObserveCheck(ev observe.CheckEvent) {
 	src := sourceIndex(ev.Decision.Source)
 	rs := r.rule(ev.Rule)
 	res := checkAllowed
@@ -303,14 +303,14 @@ func (r *Recorder) ObserveCheck(ev middleware.CheckEvent) {
 // ObserveRequest counts one request: requests_total by result,
 // request_duration_seconds, and for a Limited request exceeded_total by
 // rule and client_exceeded_total by client.
-func (r *Recorder) ObserveRequest(ev middleware.RequestEvent) {
+func (r *Recorder) ObserveRequest(ev observe.RequestEvent) {
 	if o := int(ev.Outcome); o >= 0 && o < numOutcomes {
 		r.requestsBy[o].Inc()
 	} else {
 		r.requests.WithLabelValues(resultUnknown).Inc()
 	}
 	r.requestLatency.Observe(seconds(ev.Latency))
-	if ev.Outcome == middleware.Limited {
+	if ev.Outcome == observe.Limited {
 		r.rule(ev.Rule).exceeded.Inc()
 		if r.clients != nil {
 			r.clients.inc(ev.Client)

@@ -25,12 +25,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // A Recorder is what the middleware observes through.
-var _ middleware.Observer = (*Recorder)(nil)
+var _ observe.Observer = (*Recorder)(nil)
 
 // A Recorder is a reconciler's round hook.
 var _ = reconcile.Config{OnRound: (&Recorder{}).ObserveRound}
@@ -64,20 +64,23 @@ func TestNewRefusesANilRegisterer(t *testing.T) {
 }
 
 func TestNewChecksItsOptions(t *testing.T) {
-	for name, opts := range map[string]Options{
-		"namespace with a dash":    {Namespace: "rate-limit"},
-		"namespace with a digit":   {Namespace: "9lives"},
-		"latency buckets unsorted": {LatencyBuckets: []float64{1, 0.5}},
-		"latency buckets repeated": {LatencyBuckets: []float64{1, 1}},
-		"round bucket NaN":         {RoundBuckets: []float64{math.NaN()}},
-		"near limit above 1":       {NearLimit: 1.5},
-		"near limit NaN":           {NearLimit: math.NaN()},
-		"negative max rules":       {MaxRules: -1},
+	for name, tc := range map[string]struct {
+		opts Options
+		want string // the field the error names
+	}{
+		"namespace with a dash":    {Options{Namespace: "rate-limit"}, `metrics: Namespace "rate-limit"`},
+		"namespace with a digit":   {Options{Namespace: "9lives"}, `metrics: Namespace "9lives"`},
+		"latency buckets unsorted": {Options{LatencyBuckets: []float64{1, 0.5}}, "metrics: LatencyBuckets: "},
+		"latency buckets repeated": {Options{LatencyBuckets: []float64{1, 1}}, "metrics: LatencyBuckets: "},
+		"round bucket NaN":         {Options{RoundBuckets: []float64{math.NaN()}}, "metrics: RoundBuckets: "},
+		"near limit above 1":       {Options{NearLimit: 1.5}, "metrics: NearLimit 1.5"},
+		"near limit NaN":           {Options{NearLimit: math.NaN()}, "metrics: NearLimit NaN"},
+		"negative max rules":       {Options{MaxRules: -1}, "metrics: MaxRules is negative (-1)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			_, err := New(reg, opts)
-			require.Error(t, err)
+			_, err := New(reg, tc.opts)
+			require.ErrorContains(t, err, tc.want)
 			mfs, err := reg.Gather()
 			require.NoError(t, err)
 			assert.Empty(t, mfs, "a refused Recorder registers nothing")
@@ -89,7 +92,7 @@ func TestNewNeverUsesTheGlobalRegistry(t *testing.T) {
 	before, err := prometheus.DefaultGatherer.Gather()
 	require.NoError(t, err)
 	r, _ := newRecorder(t, Options{})
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "c"})
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: "c"})
 	after, err := prometheus.DefaultGatherer.Gather()
 	require.NoError(t, err)
 	assert.Len(t, after, len(before))
@@ -121,9 +124,9 @@ func TestWrappedRegisterersTellTwoRecordersApart(t *testing.T) {
 	require.NoError(t, err)
 	b, err := New(prometheus.WrapRegistererWith(prometheus.Labels{"limiter": "b"}, reg), Options{})
 	require.NoError(t, err)
-	a.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Passed})
-	b.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global"})
-	b.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global"})
+	a.ObserveRequest(observe.RequestEvent{Outcome: observe.Passed})
+	b.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global"})
+	b.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global"})
 	v, _ := value(t, reg, "rate_limit_requests_total", "limiter", "a", "result", "allowed")
 	assert.Equal(t, 1.0, v)
 	v, _ = value(t, reg, "rate_limit_exceeded_total", "limiter", "b", "rule", "global")
@@ -132,7 +135,7 @@ func TestWrappedRegisterersTellTwoRecordersApart(t *testing.T) {
 
 func TestUnregister(t *testing.T) {
 	r, reg := newRecorder(t, Options{})
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Passed})
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Passed})
 	require.NotEmpty(t, families(t, reg))
 	assert.True(t, reg.Unregister(r))
 	assert.Empty(t, families(t, reg))
@@ -141,7 +144,7 @@ func TestUnregister(t *testing.T) {
 func TestObserveCheck(t *testing.T) {
 	r, reg := newRecorder(t, smallBuckets)
 	lim := limit.PerSecond(10) // capacity 10: near the limit below 1 remaining
-	for _, ev := range []middleware.CheckEvent{
+	for _, ev := range []observe.CheckEvent{
 		{Rule: "global", Decision: decision(hybrid.Local, true, 5, lim), Latency: 100 * time.Nanosecond},
 		{Rule: "global", Decision: decision(hybrid.Local, true, 0, lim), Latency: 200 * time.Nanosecond}, // near
 		{Rule: "global", Decision: decision(hybrid.Local, false, 0, lim), Latency: 300 * time.Nanosecond},
@@ -213,7 +216,7 @@ func TestNearLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := newRecorder(t, Options{NearLimit: tc.fraction})
-			r.ObserveCheck(middleware.CheckEvent{Rule: "r", Decision: decision(hybrid.Local, tc.allowed, tc.remaining, tc.lim)})
+			r.ObserveCheck(observe.CheckEvent{Rule: "r", Decision: decision(hybrid.Local, tc.allowed, tc.remaining, tc.lim)})
 			want := 0.0
 			if tc.near {
 				want = 1
@@ -227,16 +230,16 @@ func TestObserveRequest(t *testing.T) {
 	opts := smallBuckets
 	opts.ClientLabel = PlainClientLabel
 	r, reg := newRecorder(t, opts)
-	for _, ev := range []middleware.RequestEvent{
-		{Outcome: middleware.Passed, Client: "a", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Passed, Client: "b", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Limited, Rule: "global", Client: "a", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Limited, Rule: "per_ip", Client: "a", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Limited, Rule: "per_ip", Client: "b", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Banned, Rule: "ban", Client: "c", Latency: 2 * time.Millisecond},
-		{Outcome: middleware.Unavailable, Rule: "global", Client: "a", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.ShadowLimited, Rule: "tier:free", Client: "a", Latency: 500 * time.Nanosecond},
-		{Outcome: middleware.Failed, Latency: 500 * time.Nanosecond},
+	for _, ev := range []observe.RequestEvent{
+		{Outcome: observe.Passed, Client: "a", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Passed, Client: "b", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Limited, Rule: "global", Client: "a", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Limited, Rule: "per_ip", Client: "a", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Limited, Rule: "per_ip", Client: "b", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Banned, Rule: "ban", Client: "c", Latency: 2 * time.Millisecond},
+		{Outcome: observe.Unavailable, Rule: "global", Client: "a", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.ShadowLimited, Rule: "tier:free", Client: "a", Latency: 500 * time.Nanosecond},
+		{Outcome: observe.Failed, Latency: 500 * time.Nanosecond},
 	} {
 		r.ObserveRequest(ev)
 	}
@@ -334,7 +337,7 @@ func TestTopClientsAreBounded(t *testing.T) {
 			}
 			r, reg := newRecorder(t, opts)
 			for i := range n + 50 {
-				r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: fmt.Sprintf("client-%d", i)})
+				r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: fmt.Sprintf("client-%d", i)})
 				require.LessOrEqual(t, gatherAndCount(t, reg, "rate_limit_client_exceeded_total"), n)
 			}
 			assert.Equal(t, n, gatherAndCount(t, reg, "rate_limit_client_exceeded_total"))
@@ -352,7 +355,7 @@ func TestTopClientsAreBounded(t *testing.T) {
 func TestTopClientsKeepsTheRecentlyLimited(t *testing.T) {
 	r, reg := newRecorder(t, Options{TopClients: 3, ClientLabel: PlainClientLabel})
 	limited := func(client string) {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: client})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: client})
 	}
 	limited("a")
 	limited("b")
@@ -375,10 +378,10 @@ func TestTopClientsKeepsTheRecentlyLimited(t *testing.T) {
 
 func TestOnlyLimitedRequestsCountPerClient(t *testing.T) {
 	r, reg := newRecorder(t, Options{})
-	for _, o := range []middleware.Outcome{middleware.Passed, middleware.Banned, middleware.Unavailable, middleware.ShadowLimited, middleware.Failed} {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: o, Rule: "global", Client: "a"})
+	for _, o := range []observe.Outcome{observe.Passed, observe.Banned, observe.Unavailable, observe.ShadowLimited, observe.Failed} {
+		r.ObserveRequest(observe.RequestEvent{Outcome: o, Rule: "global", Client: "a"})
 	}
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global"}) // no client key
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global"}) // no client key
 	assert.Zero(t, gatherAndCount(t, reg, "rate_limit_client_exceeded_total"))
 }
 
@@ -390,7 +393,7 @@ func TestClientLabel(t *testing.T) {
 		return strings.TrimPrefix(client, "ip:")
 	}})
 	for _, c := range []string{"ip:203.0.113.7", "ip:203.0.113.7", "key:s3cret", "ip:\xff\xfe"} {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "per_ip", Client: c})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "per_ip", Client: c})
 	}
 	require.NoError(t, gatherAndCompare(reg, `
 		# HELP rate_limit_client_exceeded_total Requests rejected with 429, by client, for the 100 most recently limited clients only: a client's series is deleted when it falls out of them, so sums over client_id undercount exceeded_total.
@@ -402,7 +405,7 @@ func TestClientLabel(t *testing.T) {
 
 func TestTopClientsOff(t *testing.T) {
 	r, reg := newRecorder(t, Options{TopClients: -1})
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "a"})
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: "a"})
 	assert.NotContains(t, families(t, reg), "rate_limit_client_exceeded_total")
 	v, _ := value(t, reg, "rate_limit_exceeded_total", "rule", "global")
 	assert.Equal(t, 1.0, v)
@@ -413,10 +416,10 @@ func TestRulesAreBounded(t *testing.T) {
 	lim := limit.PerSecond(10)
 	for i := range 10 {
 		rule := fmt.Sprintf("rule-%d", i)
-		r.ObserveCheck(middleware.CheckEvent{Rule: rule, Decision: decision(hybrid.Local, true, 5, lim)})
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: rule})
+		r.ObserveCheck(observe.CheckEvent{Rule: rule, Decision: decision(hybrid.Local, true, 5, lim)})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: rule})
 	}
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "rule-1"}) // still its own
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "rule-1"}) // still its own
 	require.NoError(t, gatherAndCompare(reg, `
 		# HELP rate_limit_exceeded_total Requests rejected with 429 because a rule's limit was exceeded, by the rule that rejected them. Equals requests_total{result="limited"} summed over rules.
 		# TYPE rate_limit_exceeded_total counter
@@ -434,11 +437,11 @@ func TestOddValuesStayBounded(t *testing.T) {
 	r, reg := newRecorder(t, Options{})
 	lim := limit.PerSecond(10)
 	assert.NotPanics(t, func() {
-		r.ObserveCheck(middleware.CheckEvent{Rule: "bad\xffrule", Decision: decision(hybrid.Source(42), true, 5, lim)})
-		r.ObserveCheck(middleware.CheckEvent{Rule: "", Decision: decision(hybrid.Local, true, 5, lim)})
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Outcome(99), Rule: "x"})
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Outcome(-1)})
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "bad\xffrule"})
+		r.ObserveCheck(observe.CheckEvent{Rule: "bad\xffrule", Decision: decision(hybrid.Source(42), true, 5, lim)})
+		r.ObserveCheck(observe.CheckEvent{Rule: "", Decision: decision(hybrid.Local, true, 5, lim)})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Outcome(99), Rule: "x"})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Outcome(-1)})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "bad\xffrule"})
 	})
 	v, _ := value(t, reg, "rate_limit_requests_total", "result", "unknown")
 	assert.Equal(t, 2.0, v)
@@ -488,9 +491,9 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 			for i := range events {
 				rule := fmt.Sprintf("rule-%d", (g+i)%12) // more rules than MaxRules
 				src := hybrid.Source(i % 3)
-				r.ObserveCheck(middleware.CheckEvent{Rule: rule, Decision: decision(src, i%4 != 0, int64(i%10), lim), Latency: time.Duration(i)})
-				o := middleware.Outcome(i % numOutcomes)
-				r.ObserveRequest(middleware.RequestEvent{Outcome: o, Rule: rule, Client: fmt.Sprintf("c%d-%d", g, i%50)})
+				r.ObserveCheck(observe.CheckEvent{Rule: rule, Decision: decision(src, i%4 != 0, int64(i%10), lim), Latency: time.Duration(i)})
+				o := observe.Outcome(i % numOutcomes)
+				r.ObserveRequest(observe.RequestEvent{Outcome: o, Rule: rule, Client: fmt.Sprintf("c%d-%d", g, i%50)})
 				if i%100 == 0 {
 					r.ObserveRound(reconcile.RoundInfo{Keys: i, Duration: time.Millisecond})
 				}
@@ -530,9 +533,9 @@ func TestClientLabelsAreHashedByDefault(t *testing.T) {
 	r, reg := newRecorder(t, Options{ClientLabelKey: key})
 	clients := []string{"ip:203.0.113.7", "key:s3cret-api-key", "user:42", "ip:203.0.113.7|key:s3cret-api-key", "opaque"}
 	for _, c := range clients {
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: c})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: c})
 	}
-	r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "ip:203.0.113.7"})
+	r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: "ip:203.0.113.7"})
 
 	scrape := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(scrape, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -564,7 +567,7 @@ func TestClientLabelsAreHashedByDefault(t *testing.T) {
 func TestClientLabelKeys(t *testing.T) {
 	labelOf := func(opts Options) string {
 		r, reg := newRecorder(t, opts)
-		r.ObserveRequest(middleware.RequestEvent{Outcome: middleware.Limited, Rule: "global", Client: "ip:203.0.113.7"})
+		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Limited, Rule: "global", Client: "ip:203.0.113.7"})
 		mfs := families(t, reg)
 		return mfs["rate_limit_client_exceeded_total"].GetMetric()[0].GetLabel()[0].GetValue()
 	}

@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/observe"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // sink is a ResponseWriter that keeps nothing, and reuses its header map,
@@ -23,9 +26,9 @@ func (s *sink) reset()                      { clear(s.h); s.status = 0 }
 
 // hotPath returns a handler and a request it admits: the global, per_ip and
 // default rules, keyed by address, with every header family.
-func hotPath(t testing.TB, obs Observer) (http.Handler, *http.Request) {
+func hotPath(t testing.TB, obs observe.Observer) (http.Handler, *http.Request) {
 	lim, _ := manualLimiter(t, epoch)
-	mw, err := New(Config{Limiter: lim, Observer: obs, Rules: StaticRules(compile(t, `rate_limits:
+	mw, err := New(Config{Limiter: lim, Observer: obs, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 1000000000, window: 1}
   per_ip: {requests: 1000000000, window: 1}
   default: {requests: 1000000000, window: 1}
@@ -39,15 +42,15 @@ func hotPath(t testing.TB, obs Observer) (http.Handler, *http.Request) {
 // nopObserver observes nothing.
 type nopObserver struct{}
 
-func (nopObserver) ObserveCheck(CheckEvent)     {}
-func (nopObserver) ObserveRequest(RequestEvent) {}
+func (nopObserver) ObserveCheck(observe.CheckEvent)     {}
+func (nopObserver) ObserveRequest(observe.RequestEvent) {}
 
 // An admitted request allocates the client key (the extractor), its address
 // key for per_ip limits, the per_ip and default keys (rules.Plan; the global
 // key is constant), one string for every header value and one slice for them
 // all: 6.
 func TestHotPathAllocations(t *testing.T) {
-	for name, obs := range map[string]Observer{"no observer": nil, "observer": nopObserver{}} {
+	for name, obs := range map[string]observe.Observer{"no observer": nil, "observer": nopObserver{}} {
 		t.Run(name, func(t *testing.T) {
 			h, r := hotPath(t, obs)
 			w := &sink{h: http.Header{}}
@@ -70,7 +73,7 @@ func TestHotPathAllocations(t *testing.T) {
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	for name, obs := range map[string]Observer{"no observer": nil, "observer": nopObserver{}} {
+	for name, obs := range map[string]observe.Observer{"no observer": nil, "observer": nopObserver{}} {
 		b.Run(name, func(b *testing.B) {
 			h, r := hotPath(b, obs)
 			w := &sink{h: http.Header{}}

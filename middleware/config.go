@@ -9,13 +9,13 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // DefaultPenaltyClients is how many clients a penalty remembers when
-// Config.PenaltyClients is zero: about 13 MB at the penalty's 200 bytes per
-// client, plus the keys.
-const DefaultPenaltyClients = 65536
+// Config.PenaltyClients is zero (rules.DefaultPenaltyClients).
+const DefaultPenaltyClients = rules.DefaultPenaltyClients
 
 // Config configures the middleware. Limiter and Rules are required; every
 // other field has a usable zero value. New copies what it needs: changing a
@@ -27,7 +27,7 @@ type Config struct {
 
 	// Rules returns the rules in force. The middleware calls it once per
 	// request, so a rules.Watcher's Current method plugs in and a reload
-	// takes effect on the next request; StaticRules wraps a fixed *Rules.
+	// takes effect on the next request; rules.Static wraps a fixed *Rules.
 	// Required. A nil *Rules from it fails the request.
 	Rules func() *rules.Rules
 
@@ -90,7 +90,7 @@ type Config struct {
 
 	// Observer is told of every check and every request, for metrics. Nil
 	// means none.
-	Observer Observer
+	Observer observe.Observer
 
 	// PenaltyClients bounds how many clients the rules' penalty remembers
 	// (rules.NewPenalty's maxClients). Zero means DefaultPenaltyClients.
@@ -137,13 +137,6 @@ func (h Headers) String() string {
 func (h Headers) xRateLimit() bool { return h == BothHeaders || h == XRateLimitHeaders }
 func (h Headers) ietf() bool       { return h == BothHeaders || h == IETFHeaders }
 
-// StaticRules returns a Config.Rules source that always returns r, for rules
-// that never change (a rules.Watcher's Current method is the source for rules
-// that do). The source is safe for concurrent use, as r is.
-func StaticRules(r *rules.Rules) func() *rules.Rules {
-	return func() *rules.Rules { return r }
-}
-
 // validate reports the mistakes New refuses.
 func (c *Config) validate() error {
 	var errs []error
@@ -151,7 +144,7 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("middleware: Config.Limiter is nil"))
 	}
 	if c.Rules == nil {
-		errs = append(errs, errors.New("middleware: Config.Rules is nil; use StaticRules or a Watcher's Current"))
+		errs = append(errs, errors.New("middleware: Config.Rules is nil; use rules.Static or a Watcher's Current"))
 	}
 	if err := c.IP.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("middleware: Config.IP: %w", err))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -15,7 +16,7 @@ type Denial struct {
 	// Outcome is Limited, Banned (a banned address, or a client under the
 	// penalty's block: Rule says which) or Unavailable (the limiter fails
 	// closed while Redis is down).
-	Outcome Outcome
+	Outcome observe.Outcome
 	// Status is the status DefaultOnDenied answers with: 429 Too Many
 	// Requests for Limited, 403 Forbidden for Banned, 503 Service
 	// Unavailable for Unavailable.

@@ -16,6 +16,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/observe"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // denials is an OnDenied that records every Denial and answers with a
@@ -54,7 +56,7 @@ func TestOnDeniedShapesTheAnswer(t *testing.T) {
 	obs := &recorder{}
 	lim, clk := manualLimiter(t, epoch)
 	dn := &denials{status: map[string]int{CodeRateLimited: http.StatusServiceUnavailable, CodeBanned: http.StatusNotFound}}
-	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, OnDenied: dn.onDenied, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, OnDenied: dn.onDenied, Rules: rules.Static(compile(t, `rate_limits:
   endpoints:
     /search: {requests: 1, window: 60}
   ban: [192.0.2.0/24]
@@ -76,7 +78,7 @@ func TestOnDeniedShapesTheAnswer(t *testing.T) {
 		"Retry-After":           "45",
 	}, rateHeaders(limited.Header), "the headers are set before OnDenied runs")
 	d := dn.last(t)
-	assert.Equal(t, Limited, d.Outcome)
+	assert.Equal(t, observe.Limited, d.Outcome)
 	assert.Equal(t, http.StatusTooManyRequests, d.Status, "the default status, which this service overrides")
 	assert.Equal(t, CodeRateLimited, d.Code)
 	assert.Equal(t, "endpoint:/search", d.Rule)
@@ -94,15 +96,15 @@ func TestOnDeniedShapesTheAnswer(t *testing.T) {
 	assert.Equal(t, "denied by penalty (temporarily_blocked)", blocked.Body)
 	assert.Equal(t, map[string]string{"Retry-After": "10"}, rateHeaders(blocked.Header))
 	d = dn.last(t)
-	assert.Equal(t, Denial{Outcome: Banned, Status: http.StatusForbidden, Code: CodePenalty, Rule: RulePenalty, Client: "ip:127.0.0.1", RetryAfter: 10 * time.Second}, d)
+	assert.Equal(t, Denial{Outcome: observe.Banned, Status: http.StatusForbidden, Code: CodePenalty, Rule: observe.RulePenalty, Client: "ip:127.0.0.1", RetryAfter: 10 * time.Second}, d)
 
 	banned := get(t, srv, "/search", "X-Forwarded-For: 192.0.2.7")
 	assert.Equal(t, http.StatusNotFound, banned.Status)
 	assert.Equal(t, "denied by ban (forbidden)", banned.Body)
 	assert.Empty(t, rateHeaders(banned.Header), "a ban has no Retry-After")
-	assert.Equal(t, Denial{Outcome: Banned, Status: http.StatusForbidden, Code: CodeBanned, Rule: RuleBan, Client: "ip:192.0.2.7"}, dn.last(t))
+	assert.Equal(t, Denial{Outcome: observe.Banned, Status: http.StatusForbidden, Code: CodeBanned, Rule: observe.RuleBan, Client: "ip:192.0.2.7"}, dn.last(t))
 
-	assert.Equal(t, []Outcome{Passed, Limited, Limited, Banned, Banned}, obs.outcomes(), "the Observer sees the outcomes, whoever answers")
+	assert.Equal(t, []observe.Outcome{observe.Passed, observe.Limited, observe.Limited, observe.Banned, observe.Banned}, obs.outcomes(), "the Observer sees the outcomes, whoever answers")
 }
 
 // An OnDenied that only adds a header and calls DefaultOnDenied answers
@@ -115,8 +117,8 @@ func TestDefaultOnDeniedIsTheDefault(t *testing.T) {
 `
 	lim1, _ := manualLimiter(t, epoch)
 	lim2, _ := manualLimiter(t, epoch)
-	plain := serve(t, Config{Limiter: lim1, IP: loopbackProxy, Rules: StaticRules(compile(t, yaml))})
-	wrapped := serve(t, Config{Limiter: lim2, IP: loopbackProxy, Rules: StaticRules(compile(t, yaml)),
+	plain := serve(t, Config{Limiter: lim1, IP: loopbackProxy, Rules: rules.Static(compile(t, yaml))})
+	wrapped := serve(t, Config{Limiter: lim2, IP: loopbackProxy, Rules: rules.Static(compile(t, yaml)),
 		OnDenied: func(w http.ResponseWriter, r *http.Request, d Denial) {
 			w.Header().Set("X-Denied-By", d.Rule)
 			DefaultOnDenied(w, r, d)
@@ -171,7 +173,7 @@ func TestOnDeniedWhileFailingClosed(t *testing.T) {
 		Logger:         quiet,
 	})
 	dn := &denials{status: map[string]int{CodeUnavailable: http.StatusTooManyRequests}}
-	web := serve(t, Config{Limiter: lim, OnDenied: dn.onDenied, Rules: StaticRules(compile(t, `rate_limits:
+	web := serve(t, Config{Limiter: lim, OnDenied: dn.onDenied, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 100, window: 1h}
 `))})
 	assert.Equal(t, http.StatusOK, get(t, web, "/").Status, "Redis up")
@@ -185,7 +187,7 @@ func TestOnDeniedWhileFailingClosed(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, retry >= 1 && retry <= 2, "Retry-After %d: when the breaker probes Redis again", retry)
 	d := dn.last(t)
-	assert.Equal(t, Unavailable, d.Outcome)
+	assert.Equal(t, observe.Unavailable, d.Outcome)
 	assert.Equal(t, http.StatusServiceUnavailable, d.Status)
 	assert.Equal(t, CodeUnavailable, d.Code)
 	assert.Equal(t, "default", d.Rule)

@@ -7,7 +7,7 @@
 // For each request the middleware, in order:
 //
 //  1. loads the Rules in force (Config.Rules: a Watcher's Current, or
-//     StaticRules); disabled rules let every request through unchecked;
+//     rules.Static); disabled rules let every request through unchecked;
 //  2. finds the client: its key from Config.Client (an httpkey.Extractor:
 //     address, API key, user, or several at once), its address from
 //     Config.IP (forwarding headers believed from trusted proxies only),
@@ -52,7 +52,7 @@
 // the least Remaining relative to its limit's Capacity; the earliest on a
 // tie) and, on a 429, the check that denied it:
 //
-//	X-RateLimit-Limit: 100          the check's limit.Limit.Capacity()
+//	X-RateLimit-Limit: 100          the check's requests per window, as its rule wrote them
 //	X-RateLimit-Remaining: 42       its Remaining after this request
 //	X-RateLimit-Reset: 1800000030   Unix seconds, rounded up, when the key is back to fresh
 //	RateLimit-Policy: "global";q=10000;w=1, "per_ip";q=100;w=60
@@ -66,16 +66,16 @@
 // 2026), whose fields are Structured Field Lists (RFC 9651):
 //
 //   - RateLimit-Policy lists the policy of every check of the request, named
-//     by its rule (rules.Check.Rule, as an sf-string). For the bucket
-//     algorithms (token and leaky bucket) q is the burst (Capacity) and w the
-//     time an empty bucket takes to refill completely (Capacity × Period /
-//     Rate); for the window algorithms (fixed window, sliding
-//     window log and counter) q is the rate and w the period, or for a
-//     calendar quota the length of the day, week, month or year the request
-//     falls in. w is in whole
-//     seconds, rounded up, at least 1: the draft has no sub-second windows,
-//     so a sub-second limit announces more time than it takes. No partition
-//     key (pk) is sent: the client keys may hold API keys and user ids.
+//     by its rule (rules.Check.Rule, as an sf-string): q and w are the limit
+//     as the rule wrote it, its requests and its window, whatever the
+//     algorithm (PolicyQuota). A bucket's burst is not the quota: the rule
+//     {requests: 3, window: 60, burst: 2} announces q=3;w=60, and the burst
+//     shows in RateLimit's r, which never exceeds it. A calendar quota's w
+//     is the length of the day, week, month or year the request falls in.
+//     w is in whole seconds, rounded up, at least 1: the draft has no
+//     sub-second windows, so a sub-second limit announces more time than it
+//     takes. No partition key (pk) is sent: the client keys may hold API
+//     keys and user ids.
 //   - RateLimit describes the check the X-RateLimit fields describe: r is
 //     its Remaining, and t its effective window in whole seconds, rounded
 //     up: the time until the key is fresh again on an admitted request, and

@@ -17,6 +17,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -115,7 +116,7 @@ func TestErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			obs, seen := &recorder{}, &errorsSeen{}
 			lim, _ := manualLimiter(t, epoch)
-			cfg := Config{Limiter: lim, Rules: StaticRules(compile(t, yaml)), Observer: obs, OnError: seen.onError}
+			cfg := Config{Limiter: lim, Rules: rules.Static(compile(t, yaml)), Observer: obs, OnError: seen.onError}
 			tc.cfg(&cfg)
 			srv := serve(t, cfg)
 			resp := get(t, srv, "/", tc.header...)
@@ -129,7 +130,7 @@ func TestErrors(t *testing.T) {
 			}
 			assert.True(t, strings.HasPrefix(err.Error(), "middleware: "), err.Error())
 			assert.Contains(t, err.Error(), tc.msg)
-			assert.Equal(t, Failed, obs.last(t).Outcome)
+			assert.Equal(t, observe.Failed, obs.last(t).Outcome)
 		})
 	}
 }
@@ -137,7 +138,7 @@ func TestErrors(t *testing.T) {
 // The default OnError answers the same, and logs.
 func TestDefaultOnError(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n")),
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n")),
 		Client: httpkey.APIKey(httpkey.APIKeyConfig{})})
 	assert.Equal(t, response{Status: 500, Body: internalBody}, strip(get(t, srv, "/")))
 	assert.Equal(t, response{Status: 400, Body: badRequestBody}, strip(get(t, srv, "/", "X-API-Key: "+strings.Repeat("k", 257))))
@@ -153,7 +154,7 @@ func TestNoClientAddress(t *testing.T) {
 	seen := &errorsSeen{}
 	lim, _ := manualLimiter(t, epoch)
 	mw, err := New(Config{Limiter: lim, OnError: seen.onError, Client: httpkey.APIKey(httpkey.APIKeyConfig{}),
-		Rules: StaticRules(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n"))})
+		Rules: rules.Static(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n"))})
 	require.NoError(t, err)
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
@@ -175,19 +176,19 @@ func TestNoClientAddress(t *testing.T) {
 func TestDisabledRules(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, Client: httpkey.APIKey(httpkey.APIKeyConfig{}), Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, Client: httpkey.APIKey(httpkey.APIKeyConfig{}), Rules: rules.Static(compile(t, `rate_limits:
   enabled: false
   default: {requests: 1, window: 1h}
 `))})
 	assert.Equal(t, repeat(http.StatusOK, 3), statuses(t, srv, "/", 3))
-	assert.Equal(t, repeat(Passed, 3), obs.outcomes())
+	assert.Equal(t, repeat(observe.Passed, 3), obs.outcomes())
 }
 
 // A shadow check that errs is skipped: shadow checks never block.
 func TestShadowCheckError(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, Cost: func(*http.Request) int64 { return 5 }, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, Cost: func(*http.Request) int64 { return 5 }, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 2, window: 1h, shadow: true}
   default: {requests: 100, window: 1h}
 `))})
@@ -206,7 +207,7 @@ func TestZeroCost(t *testing.T) {
 		}
 		return 1
 	}
-	srv := serve(t, Config{Limiter: lim, Cost: free, Rules: StaticRules(compile(t, "rate_limits:\n  default: {requests: 1, window: 1h}\n"))})
+	srv := serve(t, Config{Limiter: lim, Cost: free, Rules: rules.Static(compile(t, "rate_limits:\n  default: {requests: 1, window: 1h}\n"))})
 	assert.Equal(t, []int{200, 429}, statuses(t, srv, "/", 2))
 	health := get(t, srv, "/health")
 	assert.Equal(t, http.StatusOK, health.Status)
@@ -218,7 +219,7 @@ func TestZeroCost(t *testing.T) {
 func TestPathCleaned(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: rules.Static(compile(t, `rate_limits:
   endpoints:
     /api/v1/search: {requests: 2, window: 1h}
   default: {requests: 100, window: 1h}
@@ -232,12 +233,12 @@ func TestPathCleaned(t *testing.T) {
 		assert.Equal(t, "endpoint:/api/v1/search", c.Rule)
 	}
 	require.Len(t, reqs, 4)
-	assert.Equal(t, Limited, reqs[3].Outcome, "the fourth path is the same endpoint, over its limit")
+	assert.Equal(t, observe.Limited, reqs[3].Outcome, "the fourth path is the same endpoint, over its limit")
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
-	src := StaticRules(compile(t, "rate_limits: {}\n"))
+	src := rules.Static(compile(t, "rate_limits: {}\n"))
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -265,8 +266,6 @@ func TestNewRefusesBadConfig(t *testing.T) {
 }
 
 func TestStrings(t *testing.T) {
-	assert.Equal(t, []string{"passed", "limited", "banned", "unavailable", "shadow_limited", "failed", "outcome(6)"},
-		[]string{Passed.String(), Limited.String(), Banned.String(), Unavailable.String(), ShadowLimited.String(), Failed.String(), Outcome(6).String()})
 	assert.Equal(t, []string{"BothHeaders", "XRateLimitHeaders", "IETFHeaders", "NoHeaders", "Headers(4)"},
 		[]string{BothHeaders.String(), XRateLimitHeaders.String(), IETFHeaders.String(), NoHeaders.String(), Headers(4).String()})
 }
@@ -277,7 +276,7 @@ func TestClosedLimiter(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lim.Close(context.Background()))
 	seen := &errorsSeen{}
-	srv := serve(t, Config{Limiter: lim, OnError: seen.onError, Rules: StaticRules(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n"))})
+	srv := serve(t, Config{Limiter: lim, OnError: seen.onError, Rules: rules.Static(compile(t, "rate_limits:\n  default: {requests: 1, window: 1}\n"))})
 	assert.Equal(t, http.StatusInternalServerError, get(t, srv, "/").Status)
 	assert.True(t, errors.Is(seen.last(t), hybrid.ErrClosed))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -42,7 +43,7 @@ func ExampleNew() {
 	}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		// Behind a proxy: IP: httpkey.IPResolver{TrustedProxies: ..., Header: httpkey.XForwardedForOnly}
 	})
 	if err != nil {
@@ -93,9 +94,11 @@ func ExampleNew() {
 	//   {"error":"rate_limit_exceeded","message":"Too many requests. Please retry after 30 seconds.","retry_after":30}
 }
 
-// A Watcher's Current method is a rules source: each request sees the rules
-// of the file as last loaded, and a reload takes effect on the next request.
-func ExampleConfig_watcher() {
+// The middleware in front of a handler with a rules file that reloads: a
+// rules.Watcher's Current method is the rules source, so each request sees
+// the rules of the file as last loaded, and a reload takes effect on the
+// next request. An invalid file keeps the rules in force.
+func Example_reloadingRules() {
 	dir, err := os.MkdirTemp("", "rules")
 	if err != nil {
 		log.Fatal(err)
@@ -167,7 +170,7 @@ func ExampleDefaultOnError() {
 	ip := httpkey.IPResolver{}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		IP:      ip,
 		// Keyed by address and API key together: neither a new key nor a
 		// new address buys a fresh budget on its own.
@@ -215,9 +218,9 @@ func ExampleConfig_onDenied() {
 	}
 	limit, err := middleware.New(middleware.Config{
 		Limiter: lim,
-		Rules:   middleware.StaticRules(rs),
+		Rules:   rules.Static(rs),
 		OnDenied: func(w http.ResponseWriter, r *http.Request, d middleware.Denial) {
-			if d.Outcome != middleware.Limited {
+			if d.Outcome != observe.Limited {
 				middleware.DefaultOnDenied(w, r, d) // bans and fail-closed answers as usual
 				return
 			}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/observe"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // An Async limiter that fails closed answers 503, with Retry-After, while
@@ -31,7 +33,7 @@ func TestFailClosedWhileDegraded(t *testing.T) {
 		Logger:         quiet,
 	})
 	obs := &recorder{}
-	web := serve(t, Config{Limiter: lim, Observer: obs, Rules: StaticRules(compile(t, `rate_limits:
+	web := serve(t, Config{Limiter: lim, Observer: obs, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 1000, window: 1h}
   default: {requests: 100, window: 1h}
 `))})
@@ -57,7 +59,7 @@ func TestFailClosedWhileDegraded(t *testing.T) {
 	checks, reqs := obs.take()
 	require.NotEmpty(t, reqs)
 	last := reqs[len(reqs)-1]
-	assert.Equal(t, Unavailable, last.Outcome)
+	assert.Equal(t, observe.Unavailable, last.Outcome)
 	assert.Equal(t, "global", checks[len(checks)-1].Rule, "the first check answers")
 	assert.Equal(t, hybrid.Degraded, checks[len(checks)-1].Decision.Source)
 }

@@ -46,7 +46,8 @@ func setHeaders(h http.Header, fam Headers, checks []rules.Check, ds []hybrid.De
 		k++
 	}
 	if fam.xRateLimit() {
-		buf = strconv.AppendInt(buf, c.Limit.Capacity(), 10)
+		q, _ := PolicyQuota(c.Limit)
+		buf = strconv.AppendInt(buf, q, 10)
 		next(headerLimit)
 		buf = strconv.AppendInt(buf, d.Remaining, 10)
 		next(headerRemaining)
@@ -110,34 +111,19 @@ func resetUnix(now time.Time, after time.Duration) int64 {
 }
 
 // PolicyQuota returns the quota q and window w that RateLimit-Policy
-// announces for l. For the bucket algorithms q is the burst (l.Capacity())
-// and w the time an empty bucket takes to refill completely (Capacity ×
-// Period / Rate, rounded up to the nanosecond); for the window algorithms q
-// is the rate and w the period, or for a calendar limit its unit's nominal
-// length (limit.Calendar.Nominal: RateLimit-Policy itself announces the
-// length of the calendar window the request falls in). RateLimit-Policy
-// writes w in whole seconds, rounded up, at least 1. An invalid l (a rate
-// or period not positive) gives a zero w.
+// announces for l, and q is X-RateLimit-Limit: the limit as the rule wrote
+// it, l.Rate requests per l.Period, whatever the algorithm. A bucket's
+// burst is not the quota: {requests: 3, window: 60, burst: 2} announces
+// q=3 and w=60, the burst showing in Remaining, which never exceeds it. A
+// calendar limit's w is its unit's nominal length
+// (limit.Calendar.Nominal): RateLimit-Policy itself announces the length
+// of the calendar window the request falls in. RateLimit-Policy writes w in
+// whole seconds, rounded up, at least 1.
 func PolicyQuota(l limit.Limit) (q int64, w time.Duration) {
 	if l.Calendar != limit.NoCalendar {
 		return l.Rate, l.Calendar.Nominal()
 	}
-	if !l.Algorithm.IsBucket() {
-		return l.Rate, l.Period
-	}
-	q = l.Capacity()
-	if l.Rate <= 0 || l.Period <= 0 || q <= 0 {
-		return q, 0
-	}
-	hi, lo := bits.Mul64(uint64(l.Period), uint64(q))
-	if hi >= uint64(l.Rate) {
-		return q, time.Duration(math.MaxInt64)
-	}
-	d, rem := bits.Div64(hi, lo, uint64(l.Rate))
-	if rem != 0 {
-		d++
-	}
-	return q, time.Duration(min(d, math.MaxInt64))
+	return l.Rate, l.Period
 }
 
 // appendPolicy appends a Quota Policy Item of RateLimit-Policy:

@@ -19,7 +19,7 @@ import (
 // rounding shows.
 func TestHeadersExact(t *testing.T) {
 	lim, clk := manualLimiter(t, epoch.Add(500*time.Millisecond))
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 5, window: 60}
 `))})
 	const policy = `"default";q=5;w=60`
@@ -75,18 +75,19 @@ func TestHeadersExact(t *testing.T) {
 // describe the one with the least left relative to its limit.
 func TestHeadersMostRestrictiveCheck(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch.Add(500*time.Millisecond))
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 1000, window: 1, burst: 100}
   per_ip: {requests: 10, window: 60, algorithm: fixed_window}
   endpoints:
     /x: {requests: 30, window: 3600, algorithm: sliding_window_counter}
     /y: {requests: 3, window: 3600, algorithm: sliding_window_counter}
 `))})
-	// global: a bucket of burst 100 refilled in 100 ms, announced as 1 s;
-	// per_ip: 10 per minute; the endpoints: their rate per hour.
-	const policyX = `"global";q=100;w=1, "per_ip";q=10;w=60, "endpoint:/x";q=30;w=3600`
+	// Each as its rule says: global 1000 a second (its burst of 100 is not
+	// the quota), per_ip 10 a minute, the endpoints their rate per hour.
+	const policyX = `"global";q=1000;w=1, "per_ip";q=10;w=60, "endpoint:/x";q=30;w=3600`
 
-	// per_ip has 9/10 left, the endpoint 29/30, global 99/100. The fixed
+	// per_ip has 9/10 left, the endpoint 29/30, global 99 of its burst of
+	// 100 (relative to the burst: Remaining never exceeds it). The fixed
 	// window ends at the next whole minute, 1800000060.
 	assert.Equal(t, map[string]string{
 		"X-RateLimit-Limit":     "10",
@@ -102,9 +103,39 @@ func TestHeadersMostRestrictiveCheck(t *testing.T) {
 		"X-RateLimit-Limit":     "3",
 		"X-RateLimit-Remaining": "2",
 		"X-RateLimit-Reset":     "1800007200",
-		"RateLimit-Policy":      `"global";q=100;w=1, "per_ip";q=10;w=60, "endpoint:/y";q=3;w=3600`,
+		"RateLimit-Policy":      `"global";q=1000;w=1, "per_ip";q=10;w=60, "endpoint:/y";q=3;w=3600`,
 		"RateLimit":             `"endpoint:/y";r=2;t=7200`,
 	}, rateHeaders(get(t, srv, "/y").Header))
+}
+
+// The headers state the limit as the rule wrote it, for every algorithm:
+// {requests: 3, window: 60, burst: 2} is 3 a minute (it used to answer
+// X-RateLimit-Limit: 2 and q=2;w=40, the burst and its refill time).
+func TestHeadersStateTheRuleAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		rule      string
+		remaining string // after the first request
+	}{
+		{`{requests: 3, window: 60, burst: 2}`, "1"},
+		{`{requests: 3, window: 60, algorithm: token_bucket}`, "2"},
+		// As a meter a leaky bucket admits the next request once this one
+		// has drained, 20 s later: nothing remains until then.
+		{`{requests: 3, window: 60, algorithm: leaky_bucket, burst: 2}`, "0"},
+		{`{requests: 3, window: 60, algorithm: leaky_bucket}`, "0"},
+		{`{requests: 3, window: 60, algorithm: fixed_window}`, "2"},
+		{`{requests: 3, window: 60, algorithm: sliding_window_log}`, "2"},
+		{`{requests: 3, window: 60, algorithm: sliding_window_counter}`, "2"},
+		{`{requests: 3, window: 1m}`, "2"},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			lim, _ := manualLimiter(t, epoch)
+			srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, "rate_limits:\n  default: "+tc.rule+"\n"))})
+			h := get(t, srv, "/").Header
+			assert.Equal(t, "3", h.Get("X-RateLimit-Limit"))
+			assert.Equal(t, tc.remaining, h.Get("X-RateLimit-Remaining"))
+			assert.Equal(t, `"default";q=3;w=60`, h.Get("RateLimit-Policy"))
+		})
+	}
 }
 
 // Which families are sent is configurable; Retry-After is always sent on a
@@ -123,7 +154,7 @@ func TestHeaderFamilies(t *testing.T) {
 	} {
 		t.Run(tc.headers.String(), func(t *testing.T) {
 			lim, _ := manualLimiter(t, epoch)
-			srv := serve(t, Config{Limiter: lim, Headers: tc.headers, Rules: StaticRules(compile(t, `rate_limits:
+			srv := serve(t, Config{Limiter: lim, Headers: tc.headers, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 1, window: 60}
 `))})
 			keys := func(h http.Header) []string {
@@ -143,6 +174,8 @@ func TestHeaderFamilies(t *testing.T) {
 	}
 }
 
+// RateLimit-Policy's q and w are the limit as its rule wrote it, whatever
+// the algorithm; a bucket's burst is not the quota.
 func TestPolicyQuota(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -152,10 +185,10 @@ func TestPolicyQuota(t *testing.T) {
 		field string
 	}{
 		{"token bucket", limit.PerMinute(100), 100, time.Minute, `"p";q=100;w=60`},
-		{"token bucket with burst", limit.PerSecond(100).WithBurst(20), 20, 200 * time.Millisecond, `"p";q=20;w=1`},
-		{"leaky bucket", limit.PerHour(10).WithBurst(5).WithAlgorithm(limit.LeakyBucket), 5, 30 * time.Minute, `"p";q=5;w=1800`},
+		{"token bucket with burst", limit.PerSecond(100).WithBurst(20), 100, time.Second, `"p";q=100;w=1`},
+		{"leaky bucket", limit.PerHour(10).WithBurst(5).WithAlgorithm(limit.LeakyBucket), 10, time.Hour, `"p";q=10;w=3600`},
 		{"bucket of 3 per 10 s", limit.Per(3, 10*time.Second), 3, 10 * time.Second, `"p";q=3;w=10`},
-		{"bucket refilling in a fraction", limit.Per(3, 10*time.Second).WithBurst(2), 2, 6666666667, `"p";q=2;w=7`},
+		{"bucket of 3 per 10 s, burst 2", limit.Per(3, 10*time.Second).WithBurst(2), 3, 10 * time.Second, `"p";q=3;w=10`},
 		{"invalid", limit.Limit{}, 0, 0, `"p";q=0;w=1`},
 		{"fixed window", limit.PerMinute(10).WithAlgorithm(limit.FixedWindow), 10, time.Minute, `"p";q=10;w=60`},
 		{"sliding window log", limit.PerHour(10).WithAlgorithm(limit.SlidingWindowLog), 10, time.Hour, `"p";q=10;w=3600`},
@@ -188,7 +221,7 @@ func TestCalendarHeaders(t *testing.T) {
 	require.NoError(t, err)
 	at := time.Date(2026, 6, 10, 21, 30, 0, 0, tokyo) // 2 h 30 min before midnight in Tokyo
 	lim, _ := manualLimiter(t, at)
-	srv := serve(t, Config{Limiter: lim, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 2, window: day, zone: Asia/Tokyo}
 `))})
 	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, tokyo)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -180,24 +181,24 @@ func repeat[T any](v T, n int) []T {
 // recorder is an Observer that keeps every event.
 type recorder struct {
 	mu       sync.Mutex
-	checks   []CheckEvent
-	requests []RequestEvent
+	checks   []observe.CheckEvent
+	requests []observe.RequestEvent
 }
 
-func (r *recorder) ObserveCheck(e CheckEvent) {
+func (r *recorder) ObserveCheck(e observe.CheckEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.checks = append(r.checks, e)
 }
 
-func (r *recorder) ObserveRequest(e RequestEvent) {
+func (r *recorder) ObserveRequest(e observe.RequestEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requests = append(r.requests, e)
 }
 
 // take returns the events so far and forgets them.
-func (r *recorder) take() ([]CheckEvent, []RequestEvent) {
+func (r *recorder) take() ([]observe.CheckEvent, []observe.RequestEvent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, q := r.checks, r.requests
@@ -206,7 +207,7 @@ func (r *recorder) take() ([]CheckEvent, []RequestEvent) {
 }
 
 // last returns the last request's event, and forgets every event.
-func (r *recorder) last(t testing.TB) RequestEvent {
+func (r *recorder) last(t testing.TB) observe.RequestEvent {
 	t.Helper()
 	_, reqs := r.take()
 	require.NotEmpty(t, reqs)
@@ -226,9 +227,9 @@ func (r *recorder) checkRules() []string {
 
 // outcomes returns the outcomes of the requests observed so far, and forgets
 // every event.
-func (r *recorder) outcomes() []Outcome {
+func (r *recorder) outcomes() []observe.Outcome {
 	_, reqs := r.take()
-	out := make([]Outcome, len(reqs))
+	out := make([]observe.Outcome, len(reqs))
 	for i, q := range reqs {
 		out[i] = q.Outcome
 	}

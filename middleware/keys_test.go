@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // clients returns the client keys of the requests observed so far.
@@ -33,7 +34,7 @@ const twoPerClient = `rate_limits:
 func TestTrustedProxyIPv6(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: StaticRules(compile(t, twoPerClient))})
+	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: rules.Static(compile(t, twoPerClient))})
 
 	for _, tc := range []struct {
 		xff    string
@@ -63,7 +64,7 @@ func TestTrustedProxyIPv6(t *testing.T) {
 func TestPerIPCountsTheIPv6Group(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
 	srv := serve(t, Config{Limiter: lim, IP: loopbackProxy, Client: httpkey.APIKey(httpkey.APIKeyConfig{}),
-		Rules: StaticRules(compile(t, "rate_limits:\n  per_ip: {requests: 2, window: 1h}\n"))})
+		Rules: rules.Static(compile(t, "rate_limits:\n  per_ip: {requests: 2, window: 1h}\n"))})
 	for i, tc := range []struct {
 		xff, key string
 		status   int
@@ -83,7 +84,7 @@ func TestPerIPCountsTheIPv6Group(t *testing.T) {
 func TestUntrustedForwardingIgnored(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: httpkey.IPResolver{Header: httpkey.XForwardedForOnly}, Rules: StaticRules(compile(t, twoPerClient))})
+	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: httpkey.IPResolver{Header: httpkey.XForwardedForOnly}, Rules: rules.Static(compile(t, twoPerClient))})
 	var got []int
 	for _, spoof := range []string{"198.51.100.1", "198.51.100.2", "2001:db8:bad::7"} {
 		got = append(got, get(t, srv, "/", "X-Forwarded-For: "+spoof).Status)
@@ -100,7 +101,7 @@ func TestIPv6Client(t *testing.T) {
 	}
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	mw, err := New(Config{Limiter: lim, Observer: obs, Logger: quiet, Rules: StaticRules(compile(t, twoPerClient)),
+	mw, err := New(Config{Limiter: lim, Observer: obs, Logger: quiet, Rules: rules.Static(compile(t, twoPerClient)),
 		IP: httpkey.IPResolver{IPv6Prefix: 128}})
 	require.NoError(t, err)
 	srv := httptest.NewUnstartedServer(mw(okHandler))
@@ -119,7 +120,7 @@ func TestSeveralKeys(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
 	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy,
 		Client: httpkey.All(httpkey.IP(loopbackProxy), httpkey.APIKey(httpkey.APIKeyConfig{})),
-		Rules:  StaticRules(compile(t, twoPerClient))})
+		Rules:  rules.Static(compile(t, twoPerClient))})
 	for _, tc := range []struct {
 		ip, key string
 		status  int
@@ -144,7 +145,7 @@ func TestFirstKey(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
 	srv := serveWith(t, Config{Limiter: lim, Observer: obs, User: userOf,
 		Client: httpkey.First(httpkey.User(userOf), httpkey.APIKey(httpkey.APIKeyConfig{}), httpkey.IP(httpkey.IPResolver{})),
-		Rules:  StaticRules(compile(t, twoPerClient))}, authenticate)
+		Rules:  rules.Static(compile(t, twoPerClient))}, authenticate)
 	get(t, srv, "/", "X-User: 42", "X-API-Key: abc")
 	get(t, srv, "/", "X-API-Key: abc")
 	get(t, srv, "/")

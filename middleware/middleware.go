@@ -14,16 +14,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
-)
-
-// RequestEvent.Rule values for the 403 answers, which no rule of
-// rules.Check names.
-const (
-	// RuleBan: the address is on the rules' ban list.
-	RuleBan = "ban"
-	// RulePenalty: the client is under the rules' penalty block.
-	RulePenalty = "penalty"
 )
 
 // errNilRules is the failure of a Config.Rules that returned nil.
@@ -92,7 +84,7 @@ type core struct {
 	headers    Headers
 	onError    func(http.ResponseWriter, *http.Request, error)
 	onDenied   func(http.ResponseWriter, *http.Request, Denial)
-	obs        Observer
+	obs        observe.Observer
 	log        *slog.Logger
 	failClosed bool
 
@@ -109,7 +101,7 @@ type handler struct {
 
 // verdict is what the middleware decided for a request.
 type verdict struct {
-	outcome Outcome
+	outcome observe.Outcome
 	rule    string        // as RequestEvent.Rule
 	client  string        // the client key, once known
 	wait    time.Duration // Retry-After of a 429, 503 or penalty 403
@@ -130,14 +122,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	v := m.evaluate(w, r)
 	if m.obs != nil {
-		m.obs.ObserveRequest(RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
+		m.obs.ObserveRequest(observe.RequestEvent{Outcome: v.outcome, Rule: v.rule, Client: v.client, Latency: time.Since(start)})
 	}
 	switch v.outcome {
-	case Passed, ShadowLimited:
+	case observe.Passed, observe.ShadowLimited:
 		h.next.ServeHTTP(w, r)
-	case Limited, Banned, Unavailable:
+	case observe.Limited, observe.Banned, observe.Unavailable:
 		d := v.denial()
-		if d.Outcome != Banned || d.Rule == RulePenalty {
+		if d.Outcome != observe.Banned || d.Rule == observe.RulePenalty {
 			w.Header().Set(headerRetryAfter, strconv.FormatInt(retrySeconds(d.RetryAfter), 10))
 		}
 		m.onDenied(w, r, d)
@@ -150,11 +142,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (v *verdict) denial() Denial {
 	d := Denial{Outcome: v.outcome, Rule: v.rule, Client: v.client, RetryAfter: v.wait, Check: v.check, Decision: v.decision}
 	switch {
-	case v.outcome == Limited:
+	case v.outcome == observe.Limited:
 		d.Status, d.Code = http.StatusTooManyRequests, CodeRateLimited
-	case v.outcome == Unavailable:
+	case v.outcome == observe.Unavailable:
 		d.Status, d.Code, d.Rule = http.StatusServiceUnavailable, CodeUnavailable, v.check.Rule
-	case v.rule == RulePenalty:
+	case v.rule == observe.RulePenalty:
 		d.Status, d.Code = http.StatusForbidden, CodePenalty
 	default:
 		d.Status, d.Code = http.StatusForbidden, CodeBanned
@@ -167,22 +159,22 @@ func (v *verdict) denial() Denial {
 func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
 	rs := m.rules()
 	if rs == nil {
-		return verdict{outcome: Failed, err: errNilRules}
+		return verdict{outcome: observe.Failed, err: errNilRules}
 	}
 	if !rs.Enabled() {
-		return verdict{outcome: Passed}
+		return verdict{outcome: observe.Passed}
 	}
 	client, err := m.client(r)
 	if err != nil {
-		return verdict{outcome: Failed, err: fmt.Errorf("middleware: client key: %w", err)}
+		return verdict{outcome: observe.Failed, err: fmt.Errorf("middleware: client key: %w", err)}
 	}
 	ip, err := m.ip.ClientIP(r)
 	if err != nil {
-		return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
+		return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
 	}
 	ipKey, err := m.ip.KeyOf(ip)
 	if err != nil {
-		return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
+		return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
 	}
 	req := rules.Request{Method: r.Method, Path: cleanPath(r.URL.Path), IP: ip, IPKey: ipKey, Client: client}
 	if m.user != nil {
@@ -199,7 +191,7 @@ func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
 	cost := int64(1)
 	if m.cost != nil {
 		if cost = m.cost(r); cost < 0 {
-			return verdict{outcome: Failed, client: client, err: fmt.Errorf("middleware: negative request cost %d", cost)}
+			return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: negative request cost %d", cost)}
 		}
 	}
 	shadow := rs.Shadow()
@@ -210,26 +202,26 @@ func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
 	sc.checks = checks
 	if banned {
 		if shadow {
-			return verdict{outcome: ShadowLimited, rule: RuleBan, client: client}
+			return verdict{outcome: observe.ShadowLimited, rule: observe.RuleBan, client: client}
 		}
-		return verdict{outcome: Banned, rule: RuleBan, client: client}
+		return verdict{outcome: observe.Banned, rule: observe.RuleBan, client: client}
 	}
 	now := m.lim.Now()
 	pen, err := m.penalties.get(rs)
 	if err != nil {
-		return verdict{outcome: Failed, client: client, err: err}
+		return verdict{outcome: observe.Failed, client: client, err: err}
 	}
 	if pen != nil {
 		if wait, blocked := pen.Blocked(client, now); blocked {
 			if shadow {
-				return verdict{outcome: ShadowLimited, rule: RulePenalty, client: client}
+				return verdict{outcome: observe.ShadowLimited, rule: observe.RulePenalty, client: client}
 			}
-			return verdict{outcome: Banned, rule: RulePenalty, client: client, wait: wait}
+			return verdict{outcome: observe.Banned, rule: observe.RulePenalty, client: client, wait: wait}
 		}
 	}
 	v := m.check(r.Context(), w.Header(), sc, cost, now)
 	v.client = client
-	if pen != nil && (v.outcome == Limited || shadow && v.outcome == ShadowLimited) {
+	if pen != nil && (v.outcome == observe.Limited || shadow && v.outcome == observe.ShadowLimited) {
 		pen.Strike(client, now)
 	}
 	return v
@@ -252,11 +244,11 @@ func (m *core) check(ctx context.Context, h http.Header, sc *scratch, cost int64
 				m.log.Warn("middleware: shadow check skipped", "rule", c.Rule, "err", err)
 				continue
 			}
-			return verdict{outcome: Failed, err: fmt.Errorf("middleware: check %q: %w", c.Rule, err)}
+			return verdict{outcome: observe.Failed, err: fmt.Errorf("middleware: check %q: %w", c.Rule, err)}
 		}
 		ds[i] = d
 		if m.obs != nil {
-			m.obs.ObserveCheck(CheckEvent{Rule: c.Rule, Decision: d, Shadow: c.Shadow, Latency: time.Since(t0)})
+			m.obs.ObserveCheck(observe.CheckEvent{Rule: c.Rule, Decision: d, Shadow: c.Shadow, Latency: time.Since(t0)})
 		}
 		switch {
 		case c.Shadow:
@@ -268,19 +260,19 @@ func (m *core) check(ctx context.Context, h http.Header, sc *scratch, cost int64
 				show = i
 			}
 		case m.failClosed && d.Source == hybrid.Degraded:
-			return verdict{outcome: Unavailable, wait: d.RetryAfter, check: c, decision: d}
+			return verdict{outcome: observe.Unavailable, wait: d.RetryAfter, check: c, decision: d}
 		default:
 			sc.buf = setHeaders(h, m.headers, checks, ds, i, true, d.RetryAfter, now, &m.zones, sc.buf)
-			return verdict{outcome: Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
+			return verdict{outcome: observe.Limited, rule: c.Rule, wait: d.RetryAfter, check: c, decision: d}
 		}
 	}
 	if show >= 0 {
 		sc.buf = setHeaders(h, m.headers, checks, ds, show, false, 0, now, &m.zones, sc.buf)
 	}
 	if shadowRule != "" {
-		return verdict{outcome: ShadowLimited, rule: shadowRule}
+		return verdict{outcome: observe.ShadowLimited, rule: shadowRule}
 	}
-	return verdict{outcome: Passed}
+	return verdict{outcome: observe.Passed}
 }
 
 // defaultOnError is DefaultOnError, logging the 500s.

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
+	"github.com/hybridlimit/hybridlimit/observe"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // The observer hears of every check run and of every request, once.
@@ -18,7 +20,7 @@ func TestObserver(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
 	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy,
 		Client: httpkey.First(httpkey.APIKey(httpkey.APIKeyConfig{}), httpkey.IP(loopbackProxy)),
-		Rules: StaticRules(compile(t, `rate_limits:
+		Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 100, window: 1h}
   endpoints:
     /trial: {requests: 1, window: 1h, shadow: true}
@@ -29,15 +31,15 @@ func TestObserver(t *testing.T) {
 		path   string
 		header []string
 		status int
-		want   RequestEvent
+		want   observe.RequestEvent
 		checks []string
 	}{
-		{"/", nil, 200, RequestEvent{Outcome: Passed, Client: "ip:127.0.0.1"}, []string{"global", "default"}},
-		{"/", nil, 429, RequestEvent{Outcome: Limited, Rule: "default", Client: "ip:127.0.0.1"}, []string{"global", "default"}},
-		{"/trial", nil, 200, RequestEvent{Outcome: Passed, Client: "ip:127.0.0.1"}, []string{"global", "endpoint:/trial"}},
-		{"/trial", nil, 200, RequestEvent{Outcome: ShadowLimited, Rule: "endpoint:/trial", Client: "ip:127.0.0.1"}, []string{"global", "endpoint:/trial"}},
-		{"/", []string{"X-Forwarded-For: 192.0.2.1"}, 403, RequestEvent{Outcome: Banned, Rule: RuleBan, Client: "ip:192.0.2.1"}, nil},
-		{"/", []string{"X-API-Key: " + strings.Repeat("k", 300)}, 400, RequestEvent{Outcome: Failed}, nil},
+		{"/", nil, 200, observe.RequestEvent{Outcome: observe.Passed, Client: "ip:127.0.0.1"}, []string{"global", "default"}},
+		{"/", nil, 429, observe.RequestEvent{Outcome: observe.Limited, Rule: "default", Client: "ip:127.0.0.1"}, []string{"global", "default"}},
+		{"/trial", nil, 200, observe.RequestEvent{Outcome: observe.Passed, Client: "ip:127.0.0.1"}, []string{"global", "endpoint:/trial"}},
+		{"/trial", nil, 200, observe.RequestEvent{Outcome: observe.ShadowLimited, Rule: "endpoint:/trial", Client: "ip:127.0.0.1"}, []string{"global", "endpoint:/trial"}},
+		{"/", []string{"X-Forwarded-For: 192.0.2.1"}, 403, observe.RequestEvent{Outcome: observe.Banned, Rule: observe.RuleBan, Client: "ip:192.0.2.1"}, nil},
+		{"/", []string{"X-API-Key: " + strings.Repeat("k", 300)}, 400, observe.RequestEvent{Outcome: observe.Failed}, nil},
 	} {
 		resp := get(t, srv, tc.path, tc.header...)
 		require.Equal(t, tc.status, resp.Status, "%s %v", tc.path, tc.header)
@@ -56,7 +58,7 @@ func TestObserver(t *testing.T) {
 		if len(checks) > 0 && tc.status != 403 {
 			// The headers describe the tighter live check, whose decision
 			// the observer saw.
-			var shown CheckEvent
+			var shown observe.CheckEvent
 			for _, c := range checks {
 				if !c.Shadow && (shown.Rule == "" || c.Decision.Remaining*shown.Decision.Limit.Capacity() < shown.Decision.Remaining*c.Decision.Limit.Capacity() || !c.Decision.Allowed) {
 					shown = c

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/httpkey"
+	"github.com/hybridlimit/hybridlimit/observe"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -46,11 +47,11 @@ func everyLevel(tight string) string {
 }
 
 // orderConfig is a Config with every request dimension.
-func orderConfig(t testing.TB, yaml string, obs Observer) Config {
+func orderConfig(t testing.TB, yaml string, obs observe.Observer) Config {
 	lim, _ := manualLimiter(t, epoch)
 	return Config{
 		Limiter:  lim,
-		Rules:    StaticRules(compile(t, yaml)),
+		Rules:    rules.Static(compile(t, yaml)),
 		IP:       loopbackProxy,
 		Client:   httpkey.First(httpkey.User(userOf), httpkey.IP(loopbackProxy)),
 		User:     userOf,
@@ -82,7 +83,7 @@ func TestEvaluationOrder(t *testing.T) {
 		assert.Empty(t, rateHeaders(banned.Header), "no rate-limit fields, no Retry-After: a ban does not end")
 		checks, reqs := obs.take()
 		assert.Empty(t, checks, "a banned request spends nothing")
-		assert.Equal(t, []RequestEvent{{Outcome: Banned, Rule: RuleBan, Client: "user:alice", Latency: reqs[0].Latency}}, reqs)
+		assert.Equal(t, []observe.RequestEvent{{Outcome: observe.Banned, Rule: observe.RuleBan, Client: "user:alice", Latency: reqs[0].Latency}}, reqs)
 	})
 	for _, tc := range []struct {
 		tight, path string
@@ -114,7 +115,7 @@ func TestEvaluationOrder(t *testing.T) {
 func TestGlobalAnswersBeforeEndpoint(t *testing.T) {
 	obs := &recorder{}
 	lim, clk := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 3, window: 1h}
   endpoints:
     /x: {requests: 100, window: 100h}
@@ -143,7 +144,7 @@ func TestGlobalAnswersBeforeEndpoint(t *testing.T) {
 func TestShadowRule(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: rules.Static(compile(t, `rate_limits:
   global: {requests: 1000, window: 1h}
   endpoints:
     /x: {requests: 2, window: 1h, shadow: true}
@@ -163,14 +164,14 @@ func TestShadowRule(t *testing.T) {
 		assert.True(t, c.Shadow)
 		assert.Equal(t, i < 2, c.Decision.Allowed, "the shadow rule decides")
 	}
-	var outcomes []Outcome
+	var outcomes []observe.Outcome
 	for _, q := range reqs {
 		outcomes = append(outcomes, q.Outcome)
-		if q.Outcome == ShadowLimited {
+		if q.Outcome == observe.ShadowLimited {
 			assert.Equal(t, "endpoint:/x", q.Rule)
 		}
 	}
-	assert.Equal(t, []Outcome{Passed, Passed, ShadowLimited, ShadowLimited, ShadowLimited}, outcomes)
+	assert.Equal(t, []observe.Outcome{observe.Passed, observe.Passed, observe.ShadowLimited, observe.ShadowLimited, observe.ShadowLimited}, outcomes)
 }
 
 // Under global shadow mode nothing blocks: not the limits, not the ban, not
@@ -178,7 +179,7 @@ func TestShadowRule(t *testing.T) {
 func TestGlobalShadow(t *testing.T) {
 	obs := &recorder{}
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: rules.Static(compile(t, `rate_limits:
   shadow: true
   default: {requests: 1, window: 1h}
   ban: [192.0.2.0/24]
@@ -221,19 +222,19 @@ func TestShadowPenaltyStaysInShadow(t *testing.T) {
 	current.Store(compile(t, fmt.Sprintf(yaml, true)))
 	srv := serve(t, Config{Limiter: lim, Observer: obs, Rules: current.Load})
 	assert.Equal(t, repeat(http.StatusOK, 3), statuses(t, srv, "/", 3))
-	assert.Equal(t, []Outcome{Passed, ShadowLimited, ShadowLimited}, obs.outcomes())
+	assert.Equal(t, []observe.Outcome{observe.Passed, observe.ShadowLimited, observe.ShadowLimited}, obs.outcomes())
 
 	current.Store(compile(t, fmt.Sprintf(yaml, false)))
 	assert.Equal(t, http.StatusTooManyRequests, get(t, srv, "/").Status, "limited, not blocked by a shadow penalty")
 	assert.Equal(t, http.StatusForbidden, get(t, srv, "/").Status, "then the live penalty blocks")
-	assert.Equal(t, []Outcome{Limited, Banned}, obs.outcomes())
+	assert.Equal(t, []observe.Outcome{observe.Limited, observe.Banned}, obs.outcomes())
 }
 
 // The priority reserve keeps a fifth of the endpoint's limit for priority
 // traffic, end to end.
 func TestPriorityReserve(t *testing.T) {
 	lim, _ := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Priority: priorityOf, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Priority: priorityOf, Rules: rules.Static(compile(t, `rate_limits:
   endpoints:
     /x: {requests: 10, window: 1h}
   priority: {reserve: 0.2}

@@ -16,7 +16,7 @@ import (
 func TestPenalty(t *testing.T) {
 	obs := &recorder{}
 	lim, clk := manualLimiter(t, epoch)
-	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: StaticRules(compile(t, `rate_limits:
+	srv := serve(t, Config{Limiter: lim, Observer: obs, IP: loopbackProxy, Rules: rules.Static(compile(t, `rate_limits:
   default: {requests: 1, window: 1h}
   penalty: {strikes: 2, within: 60, base: 10, max: 3600}
 `))})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // getter sends one GET, retrying each 429 after the Retry-After it carries,
@@ -35,7 +36,7 @@ var burstLimit = limit.PerSecond(10)
 func testBurstHonouringRetryAfter(t *testing.T, newGetter func(t *testing.T, srv *httptest.Server) getter) {
 	const clients, each = 3, 10
 	lim := newLimiter(t, hybrid.Config{}) // the real clock: the clients really wait
-	mw, err := New(Config{Limiter: lim, Logger: quiet, Rules: StaticRules(compile(t, fmt.Sprintf(`rate_limits:
+	mw, err := New(Config{Limiter: lim, Logger: quiet, Rules: rules.Static(compile(t, fmt.Sprintf(`rate_limits:
   endpoints:
     /limited: {requests: %d, window: 1}
 `, burstLimit.Rate)))})

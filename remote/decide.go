@@ -316,20 +316,3 @@ func ints(vals []any, want int) ([]int64, error) {
 	}
 	return out, nil
 }
-
-// ResultAt is the Result of a decision on a request of weight n, allowed or
-// not, that left the key in state st at now (Unix ns, Redis's clock): for a
-// request a reconcile report decided (Report.Heavy).
-func ResultAt(lim limit.Limit, st limit.State, now, n int64, allowed bool) limit.Result {
-	if !lim.Algorithm.IsBucket() {
-		// Async decides no calendar limit: windows are epoch-aligned.
-		return windowResult(lim, allowed, n, st.Count, st.Prev, now, lim.WindowOf(st.Window, nil), lim.WindowOf(st.Window+1, nil).End)
-	}
-	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
-	level := max(st.TAT-now, 0)
-	res := limit.Result{Limit: lim, Allowed: allowed, Remaining: max(tau-level, 0) / interval, ResetAfter: time.Duration(level)}
-	if !allowed {
-		res.RetryAfter = time.Duration(max(level+ratemath.MulSat(n, interval)-tau, 0))
-	}
-	return res
-}

@@ -108,11 +108,11 @@ func rawOK(key string) bool {
 // braces (the first brace of a key starts its Cluster hash tag).
 func checkPrefix(prefix string) error {
 	if len(prefix) > maxPrefix {
-		return fmt.Errorf("remote: prefix of %d bytes exceeds %d", len(prefix), maxPrefix)
+		return fmt.Errorf("remote: Prefix of %d bytes exceeds %d", len(prefix), maxPrefix)
 	}
 	for i := 0; i < len(prefix); i++ {
 		if c := prefix[i]; c < ' ' || c > '~' || c == '{' || c == '}' {
-			return fmt.Errorf("remote: prefix %q: byte %q not allowed (printable ASCII without braces)", prefix, c)
+			return fmt.Errorf("remote: Prefix %q: byte %q not allowed (printable ASCII without braces)", prefix, c)
 		}
 	}
 	return nil

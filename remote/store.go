@@ -111,7 +111,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		active = DefaultActiveWindow
 	}
 	if active < time.Millisecond {
-		return nil, fmt.Errorf("remote: active window %v is below 1ms", active)
+		return nil, fmt.Errorf("remote: ActiveWindow %v is below 1ms", active)
 	}
 	lease := opts.Lease
 	if lease == 0 {
@@ -122,7 +122,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		short = lease / 10
 	}
 	if lease < time.Millisecond || short < time.Millisecond || short > lease {
-		return nil, fmt.Errorf("remote: lease %v and short lease %v must be at least 1ms, short at most lease", lease, short)
+		return nil, fmt.Errorf("remote: Lease %v and ShortLease %v must be at least 1ms, ShortLease at most Lease", lease, short)
 	}
 	now := opts.Now
 	if now == nil {
@@ -179,11 +179,11 @@ func defaultNode() string {
 
 func checkNode(node string) error {
 	if len(node) == 0 || len(node) > 128 {
-		return fmt.Errorf("remote: node name of %d bytes (want 1 to 128)", len(node))
+		return fmt.Errorf("remote: Node name of %d bytes (want 1 to 128)", len(node))
 	}
 	for i := 0; i < len(node); i++ {
 		if c := node[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("remote: node name %q: byte %q not allowed (printable ASCII without spaces)", node, c)
+			return fmt.Errorf("remote: Node name %q: byte %q not allowed (printable ASCII without spaces)", node, c)
 		}
 	}
 	return nil

@@ -64,6 +64,11 @@ type strikes struct {
 	served int64   // total length of the blocks given, ns
 }
 
+// DefaultPenaltyClients is how many clients a penalty remembers when the
+// middleware's or the gRPC interceptors' Config.PenaltyClients is zero:
+// about 13 MB at a Penalty's 200 bytes per client, plus the keys.
+const DefaultPenaltyClients = 65536
+
 // penaltyShards spreads clients over locks; a power of two.
 const penaltyShards = 16
 

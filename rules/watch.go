@@ -115,6 +115,14 @@ func Watch(ctx context.Context, path string, opts WatchOptions) (*Watcher, error
 // built. Load it once per request and plan with it.
 func (w *Watcher) Current() *Rules { return w.cur.Load() }
 
+// Static returns a rules source that always returns r, for rules that never
+// change: the Config.Rules of the middleware and of the gRPC interceptors
+// takes either Static(r) or a Watcher's Current method. The source is safe
+// for concurrent use, as r is.
+func Static(r *Rules) func() *Rules {
+	return func() *Rules { return r }
+}
+
 // Reload rereads the file now (as on SIGHUP) and swaps in its Rules if its
 // contents changed and are valid. It returns the reason it kept the current
 // Rules instead of passing it to OnError.

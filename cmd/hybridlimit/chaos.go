@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,8 +27,7 @@ var failures = []string{"kill", "pause", "restart", "latency"}
 // failure to it mid-run, and writes a timeline plot: what each node admitted
 // per second, the global limit, and how many nodes were degraded.
 func runChaos(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("chaos", out)
 	failure := fs.String("failure", "kill", "what to do to Redis: "+strings.Join(failures, ", "))
 	nodes := fs.Int("nodes", 3, "limiter nodes")
 	rate := fs.Int64("rate", 300, "the shared limit, requests per second")
@@ -157,8 +155,10 @@ func runChaos(ctx context.Context, args []string, out io.Writer) error {
 func chaosPlot(path string, tl *fleetsim.Timeline, degraded []float64, rate float64, at, lasts time.Duration, failure string) error {
 	perNode := make([]plotter.XYs, tl.Nodes)
 	var fleet, limitLine, down plotter.XYs
+	var seconds []float64 // the intervals measured: a tick at each
 	for b, row := range tl.Buckets {
 		x := float64(b + 1)
+		seconds = append(seconds, x)
 		sum := 0
 		for i, n := range row {
 			perNode[i] = append(perNode[i], plotter.XY{X: x, Y: float64(n.Admitted)})
@@ -170,11 +170,12 @@ func chaosPlot(path string, tl *fleetsim.Timeline, degraded []float64, rate floa
 			down = append(down, plotter.XY{X: x, Y: degraded[b]})
 		}
 	}
-	admitted := panel{title: fmt.Sprintf("Admitted per second (%s from %v to %v)", failure, at, at+lasts), x: "second", y: "requests"}
-	admitted.lines = append(admitted.lines, series{name: "fleet", points: fleet}, series{name: "global limit", points: limitLine, dashed: true})
+	admitted := panel{title: fmt.Sprintf("Admitted per second (%s from %v to %v)", failure, at, at+lasts), x: "second", y: "requests", xTicks: seconds}
+	admitted.lines = append(admitted.lines, series{name: "fleet", points: fleet, marked: true}, series{name: "global limit", points: limitLine, dashed: true})
 	for i, pts := range perNode {
-		admitted.lines = append(admitted.lines, series{name: fmt.Sprintf("node %d", i+1), points: pts})
+		admitted.lines = append(admitted.lines, series{name: fmt.Sprintf("node %d", i+1), points: pts, marked: true})
 	}
-	breaker := panel{title: "Breaker: nodes degraded", x: "second", y: "nodes", lines: []series{{name: "degraded (breaker not closed)", points: down}}}
+	breaker := panel{title: "Breaker: nodes degraded", x: "second", y: "nodes", xTicks: seconds,
+		lines: []series{{name: "degraded (breaker not closed)", points: down, marked: true}}}
 	return savePlots(path, admitted, breaker)
 }

@@ -56,6 +56,24 @@ func TestHelpExitsZero(t *testing.T) {
 	assert.Contains(t, stderr, `unknown command "nope"`)
 }
 
+// Every command's -h has one shape: the usage line, a blank line, one
+// sentence saying what the command does, and the flags when it has any.
+func TestHelpHasOneShape(t *testing.T) {
+	for _, c := range commands() {
+		var out bytes.Buffer
+		require.NoError(t, run(context.Background(), []string{c.name, "-h"}, &out), c.name)
+		lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+		require.GreaterOrEqual(t, len(lines), 3, "%s -h:\n%s", c.name, out.String())
+		assert.Regexp(t, `^usage: hybridlimit `+c.name+`( |$)`, lines[0], c.name)
+		assert.Empty(t, lines[1], c.name)
+		assert.Regexp(t, `^[A-Z][^\n]*\.$`, lines[2], "%s: one sentence", c.name)
+		if len(lines) > 3 {
+			assert.Equal(t, []string{"", "flags:"}, lines[3:5], c.name)
+			assert.Regexp(t, `^  -`, lines[5], c.name)
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	line := regexp.MustCompile(`^hybridlimit \S+( \(commit [0-9a-f]{1,12}(\+changes)?(, \S+)?\))? go\S+ \S+/\S+\n$`)
 	code, stdout, _ := asProcess(t, "version")

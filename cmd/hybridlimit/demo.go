@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -17,8 +16,7 @@ import (
 // mid-run Redis goes away and comes back, so the viewer sees the nodes
 // degrade to their share of the limit and recover. It ends by itself.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("demo", out)
 	nodes := fs.Int("nodes", 3, "limiter nodes in the fleet")
 	rate := fs.Int64("rate", 100, "the shared limit, requests per second")
 	burst := fs.Int64("burst", 20, "the limit's burst")

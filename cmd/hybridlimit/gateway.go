@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
@@ -46,7 +47,10 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 	defer stopRules()
 
 	// The metrics recorder comes before the limiter: New runs the first round.
+	// The Go runtime and process collectors show a leak (goroutines, memory,
+	// open files) to an operator.
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mopts := metrics.Options{ClientLabelKey: clientLabelKey()}
 	switch o.clientLabels {
 	case "plain":
@@ -186,7 +190,7 @@ func gatewayRules(ctx context.Context, o *gatewayOptions, log *slog.Logger) (cur
 		if why := unlimited(rs); why != "" && !o.allowUnlimited {
 			return nil, nil, fmt.Errorf("gateway: no limits: there is no -rules file and the RATE_LIMIT_* environment %s, so every request would pass unlimited; give -rules FILE or RATE_LIMIT_DEFAULT, or -allow-unlimited to run so anyway", why)
 		}
-		return middleware.StaticRules(rs), func() {}, nil
+		return rules.Static(rs), func() {}, nil
 	}
 	w, err := rules.Watch(ctx, o.rulesFile, rules.WatchOptions{
 		Env:         os.LookupEnv,

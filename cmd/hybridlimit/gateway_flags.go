@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -88,16 +87,7 @@ var clientKeyings = []clientKeying{keyByIP, keyByAPIKey, keyByAPIKeyOrIP, keyByI
 func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 	o := &gatewayOptions{mode: hybrid.Async, client: keyByIP, maxHeaderBytes: defaultMaxHeaderBytes, maxBody: defaultMaxBody,
 		failStatuses: []int{502, 503, 504}}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: hybridlimit gateway -upstream URL [flags]")
-		fmt.Fprintln(out)
-		fmt.Fprintln(out, "A reverse proxy that rate-limits requests with a rules file before they reach the upstream.")
-		fmt.Fprintln(out, "Metrics, health and readiness are served on the separate -admin listener. docs/gateway.md explains every default.")
-		fmt.Fprintln(out)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("gateway", out)
 
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the public address to serve on")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "the admin address for metrics, health and readiness (keep it private); empty for none")

@@ -236,6 +236,9 @@ func TestGatewayAdminListenerIsSeparate(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.Contains(t, body, "rate_limit_requests_total")
 	assert.Contains(t, body, `gateway_upstream_breaker_state{state="closed"} 1`)
+	for _, series := range []string{"go_goroutines ", "go_memstats_heap_inuse_bytes ", "process_open_fds ", "process_resident_memory_bytes "} {
+		assert.Contains(t, body, series, "the Go runtime and the process, for leaks")
+	}
 	status, h, body := get(t, g.admin+"/readyz")
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "application/json", h.Get("Content-Type"))

@@ -18,19 +18,11 @@ import (
 // file is valid, 1 when one has problems, 2 when one cannot be read or the
 // command is used wrongly.
 func runLint(_ context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("lint", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("lint", out)
 	env := fs.Bool("env", false, "overlay the RATE_LIMIT_* environment, as the gateway does (default: the files alone)")
 	strict := fs.Bool("strict", false, "count warnings as problems: rules that limit nothing, which the gateway refuses without -allow-unlimited")
 	maxSize := byteSize(rules.DefaultMaxFileSize)
 	fs.Var(&maxSize, "rules-max-size", "the largest rules file read, as the gateway's flag: a larger one is a problem (1048576, 512KiB, 10MiB)")
-	fs.Usage = func() {
-		fmt.Fprintln(out, "usage: hybridlimit lint [-env] [-strict] [-rules-max-size SIZE] FILE...")
-		fmt.Fprintln(out)
-		fmt.Fprintln(out, "Checks rules files. Exit status: 0 valid, 1 problems found, 2 a file could not be read or bad usage.")
-		fmt.Fprintln(out)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err

@@ -10,25 +10,29 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
-// command is one subcommand: its name, a line of help, and what it runs.
+// command is one subcommand: its name, what follows the name on its usage
+// line, a one-sentence summary (in the command list, and in its -h), and
+// what it runs.
 type command struct {
 	name    string
+	args    string
 	summary string
 	run     func(ctx context.Context, args []string, out io.Writer) error
 }
 
 func commands() []command {
 	return []command{
-		{"demo", "watch a fleet share one limit through Redis, lose Redis and recover", runDemo},
-		{"tune", "measure accuracy, latency and Redis load for each sync interval, with a plot", runTune},
-		{"chaos", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
-		{"gateway", "a reverse proxy with the limiter and a rules file in front of an upstream", runGateway},
-		{"rls", "Envoy's rate limit service (RLS v3 gRPC) with envoyproxy/ratelimit's config", runRLS},
-		{"lint", "check rules files as the gateway and the library load them, for CI", runLint},
-		{"version", "print the version, the commit and the Go version", runVersion},
+		{"demo", "[flags]", "watch a fleet share one limit through Redis, lose Redis and recover", runDemo},
+		{"tune", "[flags]", "measure accuracy, latency and Redis load for each sync interval, with a plot", runTune},
+		{"chaos", "[flags]", "kill, stop, restart or slow a Redis of its own under load, and plot the timeline", runChaos},
+		{"gateway", "-upstream URL [flags]", "run a reverse proxy that limits requests by a rules file in front of an upstream (docs/gateway.md)", runGateway},
+		{"rls", "[flags]", "serve Envoy's rate limit service (RLS v3 gRPC) from envoyproxy/ratelimit's config (docs/envoy.md)", runRLS},
+		{"lint", "[flags] FILE...", "check rules files as the gateway and the library load them, for CI: exit 0 valid, 1 problems, 2 unreadable", runLint},
+		{"version", "", "print the version, the commit and the Go version", runVersion},
 	}
 }
 
@@ -64,7 +68,45 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 func usage(out io.Writer) {
 	fmt.Fprintln(out, "usage: hybridlimit <command> [flags]")
 	fmt.Fprintln(out)
+	fmt.Fprintln(out, "What users of the hybridlimit rate limiter do with it; `hybridlimit <command> -h` describes each command.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "commands:")
 	for _, c := range commands() {
 		fmt.Fprintf(out, "  %-8s %s\n", c.name, c.summary)
 	}
+}
+
+// newFlagSet returns the flag set of the command name, writing to out, whose
+// -h has the same shape for every command: the usage line, the command's
+// summary as a sentence, and its flags.
+func newFlagSet(name string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	var c command
+	for _, c = range commands() {
+		if c.name == name {
+			break
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprintln(out, strings.TrimSpace("usage: hybridlimit "+name+" "+c.args))
+		fmt.Fprintln(out)
+		fmt.Fprintln(out, sentence(c.summary))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(out)
+			fmt.Fprintln(out, "flags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// sentence is s with its first letter upper case and a full stop.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:] + "."
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,6 +23,7 @@ import (
 type series struct {
 	name   string // "" keeps it out of the legend
 	points plotter.XYs
+	marked bool // measured points: each drawn as a marker on the line
 	dashed bool // a reference line: grey unless color says otherwise
 	dotted bool // a target or a budget: red
 	color  int  // for a dashed line: a palette color (plotutil.Color) instead of grey; 0 is grey
@@ -31,8 +33,24 @@ type series struct {
 type panel struct {
 	title, x, y string
 	logX, logY  bool
-	lines       []series
+	// xTicks, when set, are the x values measured: the x axis has a tick,
+	// labelled, at each of them (at most maxTickLabels labels: beyond, every
+	// few), and no other.
+	xTicks []float64
+	lines  []series
 }
+
+// maxTickLabels is the most labels an x axis with xTicks gets; the ticks
+// between labelled ones stay, unlabelled.
+const maxTickLabels = 24
+
+// Figure geometry: each panel is a plot with its legend beside it, in a
+// strip of the figure's right-hand side, never over the data.
+const (
+	figureWidth  = 11 * vg.Inch
+	panelHeight  = 3.5 * vg.Inch
+	legendMargin = vg.Centimeter / 2
+)
 
 // savePlots draws panels stacked vertically into path; its extension (.png
 // or .svg) picks the format.
@@ -41,27 +59,20 @@ func savePlots(path string, panels ...panel) error {
 	if ext != ".png" && ext != ".svg" {
 		return fmt.Errorf("plot %s: want a .png or .svg file", path)
 	}
-	plots := make([][]*plot.Plot, len(panels))
-	for i, pn := range panels {
-		p, err := pn.plot()
-		if err != nil {
-			return err
-		}
-		plots[i] = []*plot.Plot{p}
-	}
-	const w, h = 9 * vg.Inch, 3.5 * vg.Inch
-	height := h * vg.Length(len(panels))
+	height := panelHeight * vg.Length(len(panels))
 	var canvas vg.CanvasWriterTo
 	if ext == ".svg" {
-		canvas = vgsvg.New(w, height)
+		canvas = vgsvg.New(figureWidth, height)
 	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.New(w, height)}
+		canvas = vgimg.PngCanvas{Canvas: vgimg.New(figureWidth, height)}
 	}
-	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4,
-		PadLeft: vg.Centimeter / 4, PadRight: vg.Centimeter / 4}
-	canvases := plot.Align(plots, tiles, draw.New(canvas))
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
+	figure, err := layout(draw.New(canvas), panels)
+	if err != nil {
+		return err
+	}
+	for _, f := range figure {
+		f.plot.Draw(f.plotArea)
+		f.legend.Draw(f.legendArea)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -74,12 +85,59 @@ func savePlots(path string, panels ...panel) error {
 	return f.Close()
 }
 
-func (pn panel) plot() (*plot.Plot, error) {
+// drawnPanel is a panel laid out on a figure: its plot and where it goes,
+// its legend and where that goes.
+type drawnPanel struct {
+	plot       *plot.Plot
+	plotArea   draw.Canvas
+	legend     plot.Legend
+	legendArea draw.Canvas
+}
+
+// layout places panels on dc, one above the other: each plot on the left,
+// their data areas aligned, and each legend in a strip on the right as wide
+// as the widest legend, so that no legend covers a line.
+func layout(dc draw.Canvas, panels []panel) ([]drawnPanel, error) {
+	out := make([]drawnPanel, len(panels))
+	plots := make([][]*plot.Plot, len(panels))
+	var strip vg.Length
+	for i, pn := range panels {
+		p, legend, err := pn.plot()
+		if err != nil {
+			return nil, err
+		}
+		plots[i] = []*plot.Plot{p}
+		out[i].plot, out[i].legend = p, legend
+		strip = max(strip, legend.Rectangle(dc).Size().X)
+	}
+	strip += 2 * legendMargin
+	plotsArea := dc
+	plotsArea.Max.X -= strip
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4,
+		PadLeft: vg.Centimeter / 4, PadRight: vg.Centimeter / 4}
+	for i, c := range plot.Align(plots, tiles, plotsArea) {
+		out[i].plotArea = c[0]
+		data := out[i].plot.DataCanvas(c[0])
+		la := c[0]
+		la.Min.X, la.Max.X = plotsArea.Max.X+legendMargin, dc.Max.X-legendMargin
+		la.Min.Y, la.Max.Y = data.Min.Y, data.Max.Y
+		out[i].legendArea = la
+	}
+	return out, nil
+}
+
+// plot builds the panel's plot and its legend, drawn apart from it.
+func (pn panel) plot() (*plot.Plot, plot.Legend, error) {
 	p := plot.New()
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = pn.title, pn.x, pn.y
 	if pn.logX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if len(pn.xTicks) > 0 {
+		p.X.Tick.Marker = measuredTicks(pn.xTicks)
 	}
 	p.Y.Tick.Marker = readableTicks
 	if pn.logY {
@@ -87,12 +145,12 @@ func (pn panel) plot() (*plot.Plot, error) {
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	p.Add(plotter.NewGrid())
-	for j, s := range pn.lines {
+	solid, marked := 0, 0 // lines of a palette color, and with markers, so far
+	for _, s := range pn.lines {
 		l, err := plotter.NewLine(s.points)
 		if err != nil {
-			return nil, fmt.Errorf("plot %s: %s: %w", pn.title, s.name, err)
+			return nil, legend, fmt.Errorf("plot %s: %s: %w", pn.title, s.name, err)
 		}
-		l.Color = plotutil.Color(j)
 		l.Width = vg.Points(1.5)
 		switch {
 		case s.dotted:
@@ -104,27 +162,93 @@ func (pn panel) plot() (*plot.Plot, error) {
 			if s.color > 0 {
 				l.Color = plotutil.Color(s.color)
 			}
+		default:
+			l.Color = plotutil.Color(solid)
+			solid++
 		}
 		p.Add(l)
+		thumbs := []plot.Thumbnailer{l}
+		if s.marked {
+			m, err := plotter.NewScatter(s.points)
+			if err != nil {
+				return nil, legend, fmt.Errorf("plot %s: %s: %w", pn.title, s.name, err)
+			}
+			m.Color, m.Shape, m.Radius = l.Color, markers[marked%len(markers)], vg.Points(3)
+			marked++
+			p.Add(m)
+			thumbs = append(thumbs, m)
+		}
 		if s.name != "" {
-			p.Legend.Add(s.name, l)
+			legend.Add(s.name, thumbs...)
 		}
 	}
-	p.Legend.Top = true
-	return p, nil
+	if len(pn.xTicks) > 0 {
+		// Room around the first and last measured points, so that their
+		// markers clear the axes.
+		lo, hi := slices.Min(pn.xTicks), slices.Max(pn.xTicks)
+		if pn.logX && lo > 0 {
+			p.X.Min, p.X.Max = lo/1.15, hi*1.15
+		} else if hi > lo {
+			pad := (hi - lo) / 40
+			p.X.Min, p.X.Max = lo-pad, hi+pad
+		}
+	}
+	return p, legend, nil
 }
 
-// readableTicks are gonum's default ticks, labelled without trailing zeros
-// and with k and M for thousands and millions: "17.5k", not "17500.00".
-var readableTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
-	ticks := plot.DefaultTicks{}.Ticks(min, max)
-	for i, t := range ticks {
-		if t.Label != "" {
-			ticks[i].Label = tickLabel(t.Value)
+// markers are the shapes of measured points, filled so that they show at a
+// glance, one per line of a panel in turn.
+var markers = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.BoxGlyph{}, draw.PyramidGlyph{}, draw.RingGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{}}
+
+// measuredTicks puts a tick at each measured x, labelled (every few when
+// there are more than maxTickLabels), and no others.
+func measuredTicks(xs []float64) plot.Ticker {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	xs = slices.Compact(xs)
+	every := (len(xs) + maxTickLabels - 1) / maxTickLabels
+	ticks := make([]plot.Tick, len(xs))
+	for i, x := range xs {
+		ticks[i].Value = x
+		if i%every == 0 {
+			ticks[i].Label = tickLabel(x)
 		}
+	}
+	return plot.ConstantTicks(ticks)
+}
+
+// readableTicks are about five round ticks over the axis (steps of 1, 2,
+// 2.5 or 5 times a power of ten), labelled without trailing zeros and with k
+// and M for thousands and millions ("17.5k", not "17500.00"), with an
+// unlabelled tick halfway between labelled ones.
+var readableTicks = plot.TickerFunc(func(min, max float64) []plot.Tick {
+	if !(max > min) || math.IsInf(max-min, 0) {
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
+	step := niceStep((max - min) / 5)
+	var ticks []plot.Tick
+	for i := math.Ceil(min / step * 2); i <= math.Floor(max/step*2); i++ {
+		v := i * step / 2
+		t := plot.Tick{Value: v}
+		if math.Mod(i, 2) == 0 {
+			t.Label = tickLabel(v)
+		}
+		ticks = append(ticks, t)
 	}
 	return ticks
 })
+
+// niceStep is the round step nearest above raw: 1, 2, 2.5 or 5 times a
+// power of ten.
+func niceStep(raw float64) float64 {
+	pow := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*pow >= raw {
+			return m * pow
+		}
+	}
+	return 10 * pow
+}
 
 // tickLabel writes v briefly: 0.25, 5, 750, 17.5k, 2M.
 func tickLabel(v float64) string {

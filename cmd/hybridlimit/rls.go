@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -133,8 +132,7 @@ func (e *env) hostPort(prefix, defHost string, defPort int) string {
 func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bool)) (*rlsSettings, error) {
 	e := &env{lookup: lookup}
 	s := &rlsSettings{}
-	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("rls", out)
 	fs.StringVar(&s.grpcAddr, "grpc", e.hostPort("GRPC_", "0.0.0.0", 8081), "where the rate limit service listens for gRPC (env GRPC_HOST, GRPC_PORT)")
 	fs.StringVar(&s.grpcUDS, "grpc-uds", e.str("GRPC_UDS", ""), "a unix socket to listen on instead of -grpc (env GRPC_UDS)")
 	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "0.0.0.0", 8080), "where /metrics, /healthz (/healthcheck) and /rlconfig are served over HTTP; empty for none (env HOST, PORT)")
@@ -324,7 +322,7 @@ func (s *rlsSettings) redisClient() (redis.UniversalClient, error) {
 	case "sentinel":
 		parts := strings.Split(s.redisURL, ",")
 		if len(parts) < 2 {
-			return nil, fmt.Errorf("rls: -redis %q: a sentinel setup is written master-name,sentinel1:port,...", s.redisURL)
+			return nil, fmt.Errorf("rls: -redis %q: a sentinel setup is written master-name,sentinel1:port[,sentinel2:port]", s.redisURL)
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: parts[0], SentinelAddrs: parts[1:], SentinelPassword: s.redisSentinelAuth,
 			Username: user, Password: pass, TLSConfig: tlsCfg, PoolSize: s.redisPool, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, ContextTimeoutEnabled: true}), nil

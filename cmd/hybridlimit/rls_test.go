@@ -78,6 +78,8 @@ descriptors:
 	assert.Contains(t, body, `rate_limit_requests_total{result="limited"} 1`)
 	assert.Contains(t, body, `rate_limit_config_rules 1`)
 	assert.Contains(t, body, `rate_limit_mode{mode="async"} 1`)
+	assert.Contains(t, body, "go_goroutines ")
+	assert.Contains(t, body, "process_open_fds ")
 	assert.Contains(t, get("/rlconfig"), "edge.remote_address: 2/hour")
 	assert.Contains(t, get("/healthz"), `"status":"ok"`)
 

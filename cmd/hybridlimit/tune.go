@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -51,8 +50,7 @@ type tuneRow struct {
 // (no Redis, N times the limit). It prints a table and writes a plot, so an
 // operator can pick the interval for a deployment.
 func runTune(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := newFlagSet("tune", out)
 	addr := fs.String("redis", envRedis(), "the Redis to measure (default $REDIS_ADDR; else a private redis-server)")
 	nodes := fs.Int("nodes", 4, "limiter nodes")
 	rate := fs.Int64("rate", 1000, "the shared limit, requests per second")
@@ -459,10 +457,19 @@ func tuneTable(rows []tuneRow) string {
 	return b.String()
 }
 
-// tunePlot draws, against the interval: the admission error, decision
+// tunePlot draws tunePanels into path.
+func tunePlot(path string, rows []tuneRow, target float64, b redisBudget) error {
+	panels, err := tunePanels(rows, target, b)
+	if err != nil {
+		return err
+	}
+	return savePlots(path, panels...)
+}
+
+// tunePanels are, against the interval: the admission error, decision
 // latency (p99), Redis commands and Redis CPU; with sync and local only as
 // reference lines where they fit, and the target and budget where given.
-func tunePlot(path string, rows []tuneRow, target float64, b redisBudget) error {
+func tunePanels(rows []tuneRow, target float64, b redisBudget) ([]panel, error) {
 	var errPts, p99, evals, calls, cpu plotter.XYs
 	var syncRow, localRow *tuneRow
 	for i, r := range rows {
@@ -481,25 +488,29 @@ func tunePlot(path string, rows []tuneRow, target float64, b redisBudget) error 
 		}
 	}
 	if len(errPts) == 0 {
-		return errors.New("nothing to plot: no async interval was measured")
+		return nil, errors.New("nothing to plot: no async interval was measured")
 	}
 	flat := func(y float64) plotter.XYs {
 		return plotter.XYs{{X: errPts[0].X, Y: y}, {X: errPts[len(errPts)-1].X, Y: y}}
 	}
+	var measured []float64 // the intervals: a tick at each
+	for _, pt := range errPts {
+		measured = append(measured, pt.X)
+	}
 	accuracy := panel{title: "Admission error: admitted against an exact limiter (below 0: fewer admitted)", x: "sync interval (ms)",
-		y: "admitted − limit (% of limit)", logX: true,
-		lines: []series{{name: "async", points: errPts}, {name: "exact limit", points: flat(0), dashed: true}}}
+		y: "admitted − limit (% of limit)", logX: true, xTicks: measured,
+		lines: []series{{name: "async", points: errPts, marked: true}, {name: "exact limit", points: flat(0), dashed: true}}}
 	if target > 0 {
 		accuracy.lines = append(accuracy.lines,
 			series{name: fmt.Sprintf("target ±%g%%", target), points: flat(target), dotted: true},
 			series{points: flat(-target), dotted: true})
 	}
-	latency := panel{title: "Decision latency, p99", x: "sync interval (ms)", y: "µs (log scale)", logX: true, logY: true,
-		lines: []series{{name: "async", points: p99}}}
-	load := panel{title: "Redis load", x: "sync interval (ms)", y: "per second", logX: true,
-		lines: []series{{name: "commands (incl. inside scripts)", points: calls}, {name: "script calls (round trips)", points: evals}}}
-	cpuPanel := panel{title: "Redis CPU", x: "sync interval (ms)", y: "% of one core", logX: true,
-		lines: []series{{name: "async", points: cpu}}}
+	latency := panel{title: "Decision latency, p99", x: "sync interval (ms)", y: "µs (log scale)", logX: true, logY: true, xTicks: measured,
+		lines: []series{{name: "async", points: p99, marked: true}}}
+	load := panel{title: "Redis load", x: "sync interval (ms)", y: "per second", logX: true, xTicks: measured,
+		lines: []series{{name: "commands (incl. inside scripts)", points: calls, marked: true}, {name: "script calls (round trips)", points: evals, marked: true}}}
+	cpuPanel := panel{title: "Redis CPU", x: "sync interval (ms)", y: "% of one core", logX: true, xTicks: measured,
+		lines: []series{{name: "async", points: cpu, marked: true}}}
 	if syncRow != nil {
 		accuracy.lines = append(accuracy.lines, series{name: fmt.Sprintf("sync (measured: %+.2f%%)", rowError(*syncRow)), points: flat(rowError(*syncRow)), dashed: true, color: 1})
 		latency.lines = append(latency.lines, series{name: "sync", points: flat(micros(syncRow.p99)), dashed: true})
@@ -517,7 +528,7 @@ func tunePlot(path string, rows []tuneRow, target float64, b redisBudget) error 
 	case b.cpu > 0:
 		cpuPanel.lines = append(cpuPanel.lines, series{name: "budget " + b.String(), points: flat(b.cpu), dotted: true})
 	}
-	return savePlots(path, accuracy, latency, load, cpuPanel)
+	return []panel{accuracy, latency, load, cpuPanel}, nil
 }
 
 // micros is d in microseconds, at least a nanosecond (for a log scale).

@@ -103,7 +103,7 @@ func TestTunePlot(t *testing.T) {
 	assert.Contains(t, svg, "local only")
 	assert.Contains(t, svg, "target ±1%")
 	assert.Contains(t, svg, "budget 5000/s")
-	assert.Contains(t, svg, ">17.5k<", "thousands as k")
+	assert.Contains(t, svg, ">10k<", "thousands as k")
 	assert.NotRegexp(t, regexp.MustCompile(`>-?\d+\.\d*0<`), svg, "no trailing zeros in a tick label")
 }
 

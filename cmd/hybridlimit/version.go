@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -21,9 +20,7 @@ var version = ""
 // runVersion prints one line: the version, the commit it was built from
 // when known, the Go version and the platform.
 func runVersion(_ context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprintln(out, "usage: hybridlimit version") }
+	fs := newFlagSet("version", out)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func TestDomainsAcrossFiles(t *testing.T) {
 // YAML as envoyproxy/ratelimit's parser reads it: yes/no booleans,
 // numbers as string values, anchors, merge keys, nulls.
 func TestYAMLAsTheyReadIt(t *testing.T) {
-	cfg, err := Parse("f.yaml", []byte(`
+	_, err := Parse("f.yaml", []byte(`
 domain: d
 base: &base
 descriptors:
@@ -122,7 +122,7 @@ descriptors:
 	require.Error(t, err, "base is no key of theirs")
 	assert.Contains(t, err.Error(), `line 3, column 1: base: unknown key "base"`)
 
-	cfg, err = Parse("f.yaml", []byte(`
+	cfg, err := Parse("f.yaml", []byte(`
 domain: d
 descriptors:
   - key: port

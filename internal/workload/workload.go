@@ -9,9 +9,9 @@
 // The Redis is the caller's: a private redis-server (internal/redistest in
 // tests, internal/redisproc in the benchmarks and the command line). Its
 // counters are read, never reset, so nothing else should use it during a
-// run. The measure is the one the workload W1 names: 4 nodes,
+// run. The defaults are those of workload W1 (docs/benchmarks.md): 4 nodes,
 // 100,000 keys at Zipf s = 1.1, 20,000 decisions per second in total,
-// 10/s burst 10 per key, SyncInterval 20 ms (W1 returns it).
+// 10/s burst 10 per key, SyncInterval 20 ms.
 package workload
 
 import (
@@ -131,14 +131,6 @@ type Config struct {
 	Configure func(i int, c *hybrid.Config)
 	// Logger receives the nodes' logs. Nil discards them.
 	Logger *slog.Logger
-}
-
-// W1 returns the workload W1 in mode: 4 nodes, 100,000 keys at Zipf
-// s = 1.1, 20,000 decisions per second, 10/s burst 10 per key, SyncInterval
-// 20 ms. Client and Admin are the caller's to set.
-func W1(mode hybrid.Mode) Config {
-	return Config{Load: Load{Keys: 100_000, Zipf: 1.1, Rate: 20_000}, Nodes: 4, Limit: DefaultLimit, Mode: mode,
-		Interval: 20 * time.Millisecond, Warmup: 3 * time.Second, Duration: 10 * time.Second}
 }
 
 // withDefaults checks c and fills its zero fields.
@@ -492,9 +484,6 @@ func NewKeySet(n int, s float64) (*KeySet, error) {
 	return &KeySet{names: names, zipf: z}, nil
 }
 
-// Zipf returns the draw.
-func (k *KeySet) Zipf() *Zipf { return k.zipf }
-
 // Totals are what a Drive counted.
 type Totals struct {
 	Decisions, Admitted, Errors int64
@@ -507,9 +496,6 @@ type Totals struct {
 	// Latency holds every decision's latency (time.Now around the call).
 	Latency Histogram
 }
-
-// Rate is the decisions per second achieved.
-func (t Totals) Rate() float64 { return float64(t.Decisions) / t.Elapsed.Seconds() }
 
 // Drive offers load to nodes for d and returns what it counted. The load
 // is open: each node has a pacer that, every load.Tick, draws the keys of

@@ -86,12 +86,15 @@ func measureKeys(ctx context.Context, o options, admin *redis.Client, addr strin
 			return nil, fmt.Errorf("%s: many keys: %w", c.Name, err)
 		}
 		logf("many keys: %-40s %.0f/s (%d shed) %.1f%% admitted | Redis %.2f µs CPU, %.3f cmds per decision | %d degraded | closing: Redis %v",
-			c.Name, r.tot.Rate(), r.tot.Shed, 100*float64(r.tot.Admitted)/float64(max(r.tot.Decisions, 1)),
+			c.Name, rate(r.tot), r.tot.Shed, 100*float64(r.tot.Admitted)/float64(max(r.tot.Decisions, 1)),
 			float64(r.CPUPerDecision())/1e3, r.CmdsPerDecision(), r.degraded, r.close.CPU.Round(time.Millisecond))
 		out = append(out, r)
 	}
 	return out, nil
 }
+
+// rate is the decisions per second t achieved.
+func rate(t workload.Totals) float64 { return float64(t.Decisions) / t.Elapsed.Seconds() }
 
 func measureKeysOne(ctx context.Context, o options, admin *redis.Client, env contender.Env, c contender.Contender, keys *workload.KeySet) (*keysResult, error) {
 	nodes := make([]contender.Limiter, 0, o.nodes)
@@ -197,7 +200,7 @@ func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
 			cpu = fmt.Sprintf("not measured: %.0f%% degraded (%.2f µs)", 100*share, float64(r.CPUPerDecision())/1e3)
 		}
 		fmt.Fprintf(b, "| %s | %s (%d) | %.1f%% | %s / %s | %s | %.3f (%.3f) | %.1f%% | %d | %v |\n",
-			r.c.Name, fmtRate(r.tot.Rate()), r.tot.Shed, 100*float64(r.tot.Admitted)/d,
+			r.c.Name, fmtRate(rate(r.tot)), r.tot.Shed, 100*float64(r.tot.Admitted)/d,
 			fmtDur(r.tot.Latency.Quantile(0.5)), fmtDur(r.tot.Latency.Quantile(0.99)),
 			cpu, r.CmdsPerDecision(), float64(r.redis.Scripts)/d,
 			100*r.redis.CPU.Seconds()/r.tot.Elapsed.Seconds(), r.degraded, r.close.CPU.Round(time.Millisecond))
