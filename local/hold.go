@@ -171,10 +171,36 @@ func (e *Engine) GrowBy(now int64, key string, lim limit.Limit, growth Share, po
 	}
 	p, _ := share.ParamsOf(en.pol.lim)
 	joined := p.Merge(g, mine, d, pool)
+	if g+d == int64(ShareOne) {
+		joined = settle(p, joined)
+	}
 	en.clear(flagEmpty)
 	en.share = Share(g + d)
 	setSnapshot(en, now, joined)
 	return true
+}
+
+// settle takes back the rounding a whole limit's state gathered on its way
+// through shares: every step rounds toward spent, by a unit or a ns, so a
+// state joined whole again can sit a hair past the exact one and refuse a
+// request the exact limiter admits. A window's whole count is a whole number
+// of requests (what the fleet admitted); a count within 1/1024 of a request
+// above one is that one. A bucket's level gives back 1/1024 of a request.
+func settle(p share.Params, x share.State) share.State {
+	const hair = share.One / 1024
+	snap := func(c int64) int64 {
+		if r := c % share.One; r > 0 && r <= hair {
+			return c - r
+		}
+		return c
+	}
+	switch p.Kind {
+	case share.Bucket:
+		x.Level = max(x.Level-p.Interval/1024, 0)
+	case share.FixedWindow, share.SlidingWindow:
+		x.Count, x.Prev = snap(x.Count), snap(x.Prev)
+	}
+	return x
 }
 
 // Shadow is what a token bucket's state says beyond its share's (Snapshot):
