@@ -233,6 +233,9 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	now = sh.clamp(now)
 	degraded = degraded || e.degraded.Load()
+	// A degraded decision in a share the store does not count (a contested
+	// key, or one with no even split) owes the store a report of it.
+	owes := degraded && e.asks && (en.has(flagContested) || pooled(en.pol, Share(e.newKey.Load())))
 	if degraded {
 		// A contested key it held nothing of: it decides in the degraded
 		// share from its state as it is, and holds that share from now on.
@@ -291,6 +294,9 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	if weight != n {
 		res.Allowed = false
 		res.RetryAfter = p.refill() // a hint: it passes once Redis is back
+	}
+	if owes && res.Allowed && weight > 0 {
+		en.set(flagOwed)
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)

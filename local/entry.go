@@ -31,6 +31,7 @@ const (
 	flagExtras    = 1 << 5 // the key has extras (set on the LRU's entry)
 	flagContested = 1 << 6 // the key is contested: its share is the reconciler's to set, not the fleet's even split
 	flagEmpty     = 1 << 7 // contested, and this node holds none of it (Asks mode): every request is short
+	flagOwed      = 1 << 8 // admitted while degraded in a share the store does not account (Asks mode): report it
 )
 
 func (en *entry) has(f uint16) bool { return en.flags&f != 0 }

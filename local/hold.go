@@ -245,6 +245,12 @@ func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, s
 		sh.rollWindow(key, en, now)
 	}
 	switch {
+	case en.has(flagOwed):
+		// It admitted while degraded in this share, which the store does
+		// not count: reported as held, the store believes it.
+		held = en.share
+		en.clear(flagOwed | flagEmpty)
+		en.set(flagContested)
 	case en.has(flagContested) && en.has(flagEmpty):
 		held = 0
 	case en.has(flagContested):

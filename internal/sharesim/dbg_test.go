@@ -45,6 +45,14 @@ func TestTally(t *testing.T) {
 				if strings.HasPrefix(w, "(") && i > 0 && strings.Contains(f[i-1], "]") {
 					cat += " " + strings.Trim(w, "(,")
 				}
+				if w == "fraction" && i+1 < len(f) {
+					fr := strings.Trim(f[i+1], ",")
+					if fr == "1.00" || fr == "0.95" {
+						cat += " f" + fr
+					} else {
+						cat += " f<0.95"
+					}
+				}
 			}
 			for _, a := range []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_window_counter"} {
 				if strings.Contains(v, a) {
