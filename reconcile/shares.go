@@ -874,29 +874,34 @@ func (s *Shares) sortedKeys() []*keyState {
 // Demand.
 
 // updateRate folds the key's demand since the last look into its rate, and
-// notes when it was last asked for. s.mu is held.
+// notes when it was last asked for. Demand taken sooner than half an
+// interval after the last fold waits for the next: a rate measured over a
+// sliver of time is noise. s.mu is held.
 func (s *Shares) updateRate(ks *keyState, us int64) {
 	var taken [2]local.Spend
 	got := s.eng.TakeKey(share.Nanos(us), ks.kl.key, ks.kl.lim, taken[:0])
-	hits := int64(0)
 	for _, t := range got {
-		hits += t.Hits
+		ks.hits += t.Hits
 		if t.Hits > 0 {
 			ks.lastUse = max(ks.lastUse, share.Micros(t.Since)) // the engine's: when last asked for
 		}
 	}
 	interval := share.Duration(s.cfg.Interval)
-	dt := float64(max(us-ks.rateAt, interval)) / 1e6
 	if ks.rateAt == 0 {
-		dt = float64(interval) / 1e6
+		ks.rateAt = us - interval // the first look: its demand as if over an interval
 	}
+	elapsed := us - ks.rateAt
+	if elapsed < interval/2 {
+		return
+	}
+	dt := float64(elapsed) / 1e6
 	tau := float64(5*s.cfg.Interval) / float64(time.Second)
 	a := 1 - math.Exp(-dt/tau)
-	if ks.rateAt == 0 {
+	if ks.rate == 0 {
 		a = 1
 	}
-	ks.rate += a * (float64(hits)/dt - ks.rate)
-	ks.rateAt = us
+	ks.rate += a * (float64(ks.hits)/dt - ks.rate)
+	ks.rateAt, ks.hits = us, 0
 }
 
 // need is the share the node's demand on ks asks for: its rate, and room for

@@ -82,6 +82,7 @@ type keyState struct {
 	// was last asked for (µs); maxWeight the heaviest request seen.
 	rate            float64
 	rateAt, lastUse int64
+	hits            int64 // demand taken since rateAt, not yet folded into rate
 	maxWeight       int64
 	// registered is the expiry the registry holds for the contest, as far
 	// as this node has sent or heard (µs).
