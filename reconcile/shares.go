@@ -25,6 +25,12 @@ const (
 	// faultRetry is how long a key the store refuses waits before it is
 	// tried again.
 	faultRetry = 5 * time.Second
+	// margin is how close a request may come to room before it is refused:
+	// the fleet knows each request's time only to within a round trip, so
+	// one the fleet has room for within margin waits for it (a request an
+	// exact limiter admits, a hair early for the shares' rounding and the
+	// network's jitter); one later than that is refused at once.
+	margin = 2 * time.Millisecond
 )
 
 // SharesConfig configures a Shares. Zero fields mean their defaults.
@@ -296,8 +302,11 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 	}
 	ks.lastUse = us
 	ks.maxWeight = max(ks.maxWeight, n)
-	if ks.deniedUntil > us && share.Nanos(ks.deniedUntil) > deadline {
-		return nil, true, share.Nanos(ks.deniedUntil) // no room before it would stop waiting
+	if ks.deniedUntil > us && (share.Nanos(ks.deniedUntil) > deadline || ks.deniedUntil-us > share.Duration(margin)) {
+		// No room in the fleet now, nor within the margin its clock is
+		// known to: the exact limiter would refuse it too.
+		ks.refused++
+		return nil, true, share.Nanos(ks.deniedUntil)
 	}
 	if ks.deniedUntil > us {
 		ks.retryAt = max(ks.retryAt, ks.deniedUntil) // room then: it waits, and decides again
@@ -748,7 +757,17 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		}
 	case share.NoRoom:
 		s.stats.noRoom.Add(1)
-		ks.deniedUntil = r.Until
+		// Refused over and over, the key is over its limit: it asks less
+		// often, up to 16 intervals apart (a key over its limit everywhere
+		// costs the store one ask a node that often, not one a request).
+		back := share.Duration(s.cfg.Interval) * int64(min(1<<(ks.refused/16), 16))
+		if ks.refused < 16 {
+			back = 0
+		}
+		ks.deniedUntil = max(r.Until, us+back)
+	}
+	if r.Outcome == share.Done && (r.Growth > 0 || r.Served > 0) {
+		ks.refused = 0 // the fleet gave it room
 	}
 	// What the store admitted itself goes to the oldest waiters; every
 	// other decides again in what the node holds now, and one still short

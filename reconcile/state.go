@@ -74,8 +74,11 @@ type keyState struct {
 	// retryAt is when to ask again after Wait or Call (µs).
 	retryAt int64
 	// deniedUntil is when the fleet may have room again (µs): until then
-	// requests the node's share cannot admit are refused alone.
+	// requests the node's share cannot admit are refused alone. refused
+	// counts the requests refused so since the fleet last gave room: a key
+	// refused over and over is over its limit, and asks less and less often.
 	deniedUntil int64
+	refused     int
 
 	// rate is the node's demand on the key (weight per second, a moving
 	// average), rateAt when it was last updated (µs); lastUse is when it
