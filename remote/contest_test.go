@@ -27,7 +27,7 @@ func shareFleet(t *testing.T, n int, opts Options) []*Store {
 	return nodes
 }
 
-func share(t *testing.T, s *Store, fleet int, acked int64, r ShareReport) ShareAnswer {
+func oldShare(t *testing.T, s *Store, fleet int, acked int64, r ShareReport) ShareAnswer {
 	t.Helper()
 	round := ShareRound{Fleet: fleet, Acked: acked}
 	if r.Now == 0 {
@@ -47,14 +47,14 @@ const even4 = GrantOne / 4
 func TestAClaimGrowsOnceTheFleetHasAcked(t *testing.T) {
 	nodes := shareFleet(t, 1, Options{})
 	lim := limit.Per(100, time.Hour)
-	a := share(t, nodes[0], 4, 0, ShareReport{Key: "k", Limit: lim, Grant: even4, Demand: 50, Claim: true})
+	a := oldShare(t, nodes[0], 4, 0, ShareReport{Key: "k", Limit: lim, Grant: even4, Demand: 50, Claim: true})
 	assert.Equal(t, int64(even4), a.Grant, "not acked: the others still hold their splits")
 	assert.Zero(t, a.Growth)
 	assert.Equal(t, int64(GrantOne), a.Target, "alone on the key: it wants all of it")
 	assert.True(t, a.Recall, "its want waits on the others")
 
 	acked := a.Now + 1
-	b := share(t, nodes[0], 4, acked, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 50, Applied: a.Seq})
+	b := oldShare(t, nodes[0], 4, acked, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 50, Applied: a.Seq})
 	assert.Equal(t, int64(GrantOne), b.Grant)
 	assert.Equal(t, int64(3*even4), b.Growth)
 	assert.LessOrEqual(t, b.Pool.TAT, b.Now, "the splits nobody used come unspent")
@@ -69,17 +69,17 @@ func TestGrowthCarriesThePoolsState(t *testing.T) {
 	lim := limit.Per(100, time.Hour) // tolerance 100 intervals
 	T := int64(lim.Interval())
 	now := func() int64 { return time.Now().UnixNano() }
-	x := share(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 10, Claim: true})
-	y := share(t, nodes[1], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 10})
+	x := oldShare(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 10, Claim: true})
+	y := oldShare(t, nodes[1], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 10})
 	require.Equal(t, int64(GrantOne/2), x.Grant)
 	require.Equal(t, int64(GrantOne/2), y.Grant)
 	// Node 0 spent all of its half: its estimate's level is the whole
 	// tolerance. It has little demand now and gives most of its half back.
 	t0 := now()
-	share(t, nodes[0], 2, t0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 8, Demand: 1,
+	oldShare(t, nodes[0], 2, t0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 8, Demand: 1,
 		State: limit.State{TAT: t0 + 100*T}, Now: t0, Applied: x.Seq})
 	// Node 1 wants more: it takes the pool, and the pool's state is spent.
-	b := share(t, nodes[1], 2, t0, ShareReport{Key: "k", Limit: lim, Grant: y.Grant, Demand: 100, Applied: y.Seq})
+	b := oldShare(t, nodes[1], 2, t0, ShareReport{Key: "k", Limit: lim, Grant: y.Grant, Demand: 100, Applied: y.Seq})
 	assert.Positive(t, b.Growth)
 	assert.InDelta(t, float64(100*T), float64(b.Pool.TAT-b.Now), float64(time.Second), "what it takes is as spent as what was given up")
 	assert.LessOrEqual(t, b.Grant+GrantOne/8, int64(GrantOne), "grants stay within the limit")
@@ -92,11 +92,11 @@ func TestALapsedLeaseReturnsToThePoolAsSpent(t *testing.T) {
 	nodes := shareFleet(t, 2, Options{Lease: time.Second, ShortLease: 100 * time.Millisecond})
 	lim := limit.Per(100, time.Hour)
 	T := int64(lim.Interval())
-	a := share(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 100, Claim: true})
-	a = share(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
+	a := oldShare(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 100, Claim: true})
+	a = oldShare(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
 	require.Equal(t, int64(GrantOne), a.Grant, "alone, after the fleet acked")
 	time.Sleep(150 * time.Millisecond)
-	b := share(t, nodes[1], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: 0, Demand: 100})
+	b := oldShare(t, nodes[1], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: 0, Demand: 100})
 	assert.Equal(t, int64(GrantOne/2), b.Grant, "the lapsed half, no more")
 	assert.InDelta(t, float64(100*T-150*int64(time.Millisecond)), float64(b.Pool.TAT-b.Now), float64(100*time.Millisecond),
 		"taken as wholly spent at the lapse, drained since")
@@ -107,11 +107,11 @@ func TestALapsedLeaseReturnsToThePoolAsSpent(t *testing.T) {
 func TestUnappliedGrowthIsTakenBack(t *testing.T) {
 	nodes := shareFleet(t, 1, Options{})
 	lim := limit.Per(100, time.Hour)
-	a := share(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 100, Claim: true})
-	g := share(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
+	a := oldShare(t, nodes[0], 2, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne / 2, Demand: 100, Claim: true})
+	g := oldShare(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
 	require.Equal(t, int64(GrantOne/2), g.Growth)
 	// The node never got g: it reports again with a's sequence and the half.
-	again := share(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
+	again := oldShare(t, nodes[0], 2, a.Now+1, ShareReport{Key: "k", Limit: lim, Grant: a.Grant, Demand: 100, Applied: a.Seq})
 	assert.False(t, again.Over, "the growth it never got is not counted as held")
 	assert.Equal(t, int64(GrantOne), again.Grant, "and it is granted again")
 	assert.Equal(t, int64(GrantOne/2), again.Growth)
@@ -128,10 +128,10 @@ func TestHeavyRequestGrowsAsFarAsItNeeds(t *testing.T) {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			nodes := shareFleet(t, 1, Options{})
 			w := time.Now().UnixNano() / int64(lim.Period)
-			a := share(t, nodes[0], 4, 0, ShareReport{Key: "h", Limit: lim, Grant: even4, Demand: 1, Claim: true,
+			a := oldShare(t, nodes[0], 4, 0, ShareReport{Key: "h", Limit: lim, Grant: even4, Demand: 1, Claim: true,
 				State: limit.State{Window: w}, Heavy: 60})
 			assert.False(t, a.Admitted, "before the fleet acked, the pool is empty")
-			b := share(t, nodes[0], 4, a.Now+1, ShareReport{Key: "h", Limit: lim, Grant: a.Grant, Demand: 1,
+			b := oldShare(t, nodes[0], 4, a.Now+1, ShareReport{Key: "h", Limit: lim, Grant: a.Grant, Demand: 1,
 				State: limit.State{Window: w}, Heavy: 60, Applied: a.Seq})
 			assert.True(t, b.Admitted)
 			assert.True(t, b.FromPool, "served from the pool, which holds its spend")
@@ -146,11 +146,11 @@ func TestHeavyRequestGrowsAsFarAsItNeeds(t *testing.T) {
 func TestLostStateIsTold(t *testing.T) {
 	nodes := shareFleet(t, 1, Options{})
 	lim := limit.Per(100, time.Hour)
-	a := share(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Demand: 1, Claim: true})
+	a := oldShare(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Demand: 1, Claim: true})
 	assert.False(t, a.Lost)
 	_, err := nodes[0].client.Del(bg, asyncKey(nodes[0].prefix, lim, "k")).Result()
 	require.NoError(t, err)
-	b := share(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Demand: 1, Applied: a.Seq})
+	b := oldShare(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Demand: 1, Applied: a.Seq})
 	assert.True(t, b.Lost)
 }
 
@@ -164,7 +164,7 @@ func TestLedgerIsIdempotentAcrossBothScripts(t *testing.T) {
 	entries := []LedgerEntry{{Key: "k", Limit: lim, Epoch: 7, Total: 5}}
 	require.NoError(t, nodes[0].AddToLedgers(bg, entries, errs))
 	require.NoError(t, nodes[0].AddToLedgers(bg, entries, errs), "sent twice")
-	share(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Epoch: 7, Total: 8, Acked: 5, Claim: true})
+	oldShare(t, nodes[0], 1, 0, ShareReport{Key: "k", Limit: lim, Grant: GrantOne, Epoch: 7, Total: 8, Acked: 5, Claim: true})
 	spent, err := nodes[0].AsyncLedger(bg, "k", lim)
 	require.NoError(t, err)
 	assert.Equal(t, int64(8), spent)

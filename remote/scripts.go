@@ -26,11 +26,15 @@ var (
 	ledgerSrc string
 	//go:embed lua/reset.lua
 	resetSrc string
+	//go:embed lua/shares.lua
+	sharesSrc string
+	//go:embed lua/registry.lua
+	registrySrc string
 )
 
 // scripts holds every script a store runs.
 type scripts struct {
-	gcra, window, log, reconcile, fleet, contest, ledger, reset *redis.Script
+	gcra, window, log, reconcile, fleet, contest, ledger, reset, shares, registry *redis.Script
 }
 
 func newScripts() scripts {
@@ -43,16 +47,18 @@ func newScripts() scripts {
 		contest:   redis.NewScript(contestSrc),
 		ledger:    redis.NewScript(ledgerSrc),
 		reset:     redis.NewScript(resetSrc),
+		shares:    redis.NewScript(sharesSrc),
+		registry:  redis.NewScript(registrySrc),
 	}
 }
 
 func (sc scripts) all() []*redis.Script {
-	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger, sc.reset}
+	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger, sc.reset, sc.shares, sc.registry}
 }
 
 // sources returns every script's source, in the order of all.
 func sources() []string {
-	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, contestSrc, ledgerSrc, resetSrc}
+	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, contestSrc, ledgerSrc, resetSrc, sharesSrc, registrySrc}
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.

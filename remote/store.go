@@ -82,9 +82,11 @@ type Store struct {
 	short     time.Duration
 	ledgerTTL time.Duration
 	fleetKeys [5]string
-	scripts   scripts
-	now       func() int64
-	zones     limit.Zones // calendar limits' time zones
+	// registryKeys are Async's registry of contested keys (registry.lua).
+	registryKeys [5]string
+	scripts      scripts
+	now          func() int64
+	zones        limit.Zones // calendar limits' time zones
 }
 
 // New returns a Store on client. It does no I/O: use Ping to check Redis.
@@ -129,16 +131,17 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		now = func() int64 { return time.Now().UnixNano() }
 	}
 	return &Store{
-		client:    client,
-		prefix:    prefix,
-		node:      node,
-		active:    active,
-		lease:     lease,
-		short:     short,
-		ledgerTTL: max(cmpOr(opts.LedgerTTL, DefaultLedgerTTL), active),
-		fleetKeys: fleetKeyNames(prefix),
-		scripts:   newScripts(),
-		now:       now,
+		client:       client,
+		prefix:       prefix,
+		node:         node,
+		active:       active,
+		lease:        lease,
+		short:        short,
+		ledgerTTL:    max(cmpOr(opts.LedgerTTL, DefaultLedgerTTL), active),
+		fleetKeys:    fleetKeyNames(prefix),
+		registryKeys: registryKeyNames(prefix),
+		scripts:      newScripts(),
+		now:          now,
 	}, nil
 }
 

@@ -97,7 +97,7 @@ type sim struct {
 	now   time.Duration
 	q     queue
 	seq   int64
-	store *storemodel.Model
+	store Store
 	nodes []*node
 	rec   *Record
 	// The store's faults as of now.
@@ -106,10 +106,37 @@ type sim struct {
 	held         []func() // calls held while the store is paused
 }
 
-// Run plays sc and returns its record.
+// Store is the store's side the nodes call: the Go model, or in the
+// conformance test the model and real Redis side by side. Times are the
+// store's clock (Unix µs); a batch of ops is applied at one instant, as one
+// script call.
+type Store interface {
+	Ops(now int64, node string, set share.Settings, ops []share.Op, replies []share.Reply)
+	Beat(now int64, node string, b share.Beat) share.BeatReply
+	// Restart empties the store (a restart without data, a flush); Delete
+	// drops one (key, limit)'s hash (an eviction).
+	Restart()
+	Delete(key string, lim limit.Limit)
+}
+
+// ModelStore is the Go model as a Store.
+type ModelStore struct{ *storemodel.Model }
+
+// Ops applies each op in turn at now.
+func (m ModelStore) Ops(now int64, node string, set share.Settings, ops []share.Op, replies []share.Reply) {
+	for i, op := range ops {
+		replies[i] = m.Op(now, node, set, op)
+	}
+}
+
+// Run plays sc on the Go model and returns its record.
 func Run(sc *Scenario) *Record {
-	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)),
-		store: storemodel.New(share.Duration(sc.ActiveWindow)), rec: &Record{Scenario: sc}}
+	return RunOn(sc, ModelStore{storemodel.New(share.Duration(sc.ActiveWindow))})
+}
+
+// RunOn plays sc against store and returns its record.
+func RunOn(sc *Scenario, store Store) *Record {
+	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)), store: store, rec: &Record{Scenario: sc}}
 	for i := range sc.Nodes {
 		s.nodes = append(s.nodes, &node{s: s, idx: i, id: fmt.Sprintf("n%d", i), spec: sc.Nodes[i]})
 		nd := s.nodes[i]
@@ -512,9 +539,7 @@ func (nd *node) send() {
 	set := nd.sh.Settings()
 	nd.s.call(nd, func(now int64) any {
 		replies := make([]share.Reply, len(ops))
-		for i, op := range ops {
-			replies[i] = nd.s.store.Op(now, nd.id, set, op)
-		}
+		nd.s.store.Ops(now, nd.id, set, ops, replies)
 		nd.s.rec.Ops += int64(len(ops))
 		return replies
 	}, func(reply any, err error) {

@@ -43,8 +43,11 @@ type Hash struct {
 	Pool      int64
 	PoolState share.State
 	PoolAt    int64
-	// Joins is how many nodes the contest still waits to hear from.
-	Joins int64
+	// Joins is how many nodes the contest still waits to hear from, and
+	// Reserved the even splits kept outside the pool for them: each takes
+	// what it says it holds out of it, and what the last leaves goes back
+	// to the pool as spent.
+	Joins, Reserved int64
 	// CallAt is the µs of the last call (0: none); Quiet is when the next
 	// may be made, after Fails calls in a row came back without the room.
 	CallAt, Quiet, Fails int64
@@ -198,24 +201,21 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		reply.Outcome = share.Ended
 		return result{nil, reply}
 	case h == nil:
-		// A new contest. Every node of the fleet holds an even split the
-		// creator does not, unless the key is pooled.
+		// A new contest. Every other node of the fleet holds an even split,
+		// unless the key is pooled; the creator holds what it says.
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
 		fleet := int64(max(op.Fleet, 1))
-		if op.Pooled {
-			h.Pool = share.One
-		} else {
-			h.Pool = share.One - fleet*share.Even(int(fleet))
+		if !op.Pooled {
 			h.Joins = fleet - 1
+			h.Reserved = h.Joins * share.Even(int(fleet))
 		}
-		if op.Epoch == 0 {
-			h.Records[node] = &Record{Grant: held} // its even split, outside the pool
-			if !op.Pooled && op.Shadow >= 0 {
-				h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
-			}
-		} else {
-			h.Records[node] = &Record{} // it held nothing of the contest that ended
-			held, keep = 0, 0
+		if op.Epoch != 0 {
+			held, keep = 0, 0 // it held nothing of the contest that ended
+		}
+		h.Pool = share.One - h.Reserved - held
+		h.Records[node] = &Record{Grant: held}
+		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 {
+			h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
 		}
 	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0:
 		// A grant of an earlier contest the store lost: believed, out of
@@ -259,11 +259,24 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	rec := h.Records[node]
 	switch {
 	case rec == nil && fresh:
-		// Its join: an even split (or nothing), outside the pool.
+		// Its join: an even split (or nothing), out of what was reserved
+		// for it; more than that (a node the creator did not count, say)
+		// out of the pool.
 		rec = &Record{Grant: held}
 		h.Records[node] = rec
+		take := int64(0)
 		if h.Joins > 0 {
+			take = min(held, h.Reserved)
+			h.Reserved -= take
 			h.Joins--
+			if h.Joins == 0 && h.Reserved > 0 {
+				give(p, h, now, h.Reserved, p.Spent(now)) // splits nobody claimed: spent, for all the store knows
+				h.Reserved = 0
+			}
+		}
+		if held > take {
+			h.Pool -= held - take
+			reply.Over = true
 		}
 		if held > 0 && (op.Full < 0 || op.Full > h.ExSince || keep > 0) {
 			h.ExOK = false // it spent during the creator's shadow, or keeps some
@@ -309,7 +322,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	}
 	rec.Grant = keep
 	if op.Leave {
-		if total := h.Pool + h.Unknown + granted(h); total > share.One {
+		if total := h.Pool + h.Unknown + h.Reserved + granted(h); total > share.One {
 			h.Pool -= total - share.One
 		}
 		rec.Seq, rec.Outcome, rec.GrowthAt = op.Seq, share.Done, now
@@ -387,7 +400,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// The shares never add up to more than the whole limit: a node that
 	// joined with a larger even split than the contest counted (it saw a
 	// smaller fleet) is believed, and the pool owes the difference.
-	if total := h.Pool + h.Unknown + granted(h); total > share.One {
+	if total := h.Pool + h.Unknown + h.Reserved + granted(h); total > share.One {
 		h.Pool -= total - share.One
 	}
 	reply.Epoch, reply.Grant, reply.Growth, reply.Pool, reply.LeaseEnd = h.Epoch, rec.Grant, growth, pool, rec.LeaseEnd

@@ -1,0 +1,104 @@
+-- registry.lua: a node's heartbeat, and the registry of contested keys.
+-- internal/storemodel's Beat is this script in Go.
+--
+-- KEYS[1]  the fleet: every node by the µs it last beat (sorted set)
+-- KEYS[2]  the registry: per contested key, "epoch call expiry" (hash)
+-- KEYS[3]  each entry by the stamp it last changed at (sorted set)
+-- KEYS[4]  each entry by the µs it expires at (sorted set)
+-- KEYS[5]  the last stamp handed out (string)
+-- All five share one Cluster hash tag.
+--
+-- ARGV     node, active window µs, leave (1: the node leaves the fleet), the
+--          stamp after which to return changes, the most changes to return,
+--          the channel calls are published on, then per entry this node
+--          sends: member, epoch, call µs, expiry µs.
+--
+-- An entry says that a key is contested until its expiry; a call on it
+-- (call µs) asks every node holding a share of it to give back what it can
+-- spare. Entries only ever move forward: a later epoch replaces an entry,
+-- the same one keeps the latest call and expiry. Every change gets a stamp
+-- of its own, so that a node reads each change once, in order; a call is
+-- also published, so that the nodes hear it before their next heartbeat.
+--
+-- Returns {now µs, nodes, new (1: the node was not in the fleet), the
+-- stamp of the last change returned (the next 'after'), more (1: there are
+-- more), then per change: member, epoch, call µs, expiry µs}.
+local node, active = ARGV[1], tonumber(ARGV[2])
+local leave, after, limit, channel = ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+if leave then
+  redis.call('ZREM', KEYS[1], node)
+  return {now, redis.call('ZCARD', KEYS[1]), 0, after, 0}
+end
+local new = redis.call('ZADD', KEYS[1], now, node)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - active)
+
+local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
+for i = 7, #ARGV, 4 do
+  local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local old = redis.call('HGET', KEYS[2], member)
+  local e, c, x = 0, 0, 0
+  if old then
+    local a, b, d = string.match(old, '^(%S+) (%S+) (%S+)$')
+    e, c, x = tonumber(a), tonumber(b), tonumber(d)
+  end
+  local changed = true
+  if old == false or epoch > e then
+    e, c, x = epoch, call, expiry
+  elseif epoch == e then
+    c, x = math.max(c, call), math.max(x, expiry)
+  else
+    changed = false -- an earlier contest's
+  end
+  if changed then
+    redis.call('HSET', KEYS[2], member, string.format('%d %d %d', e, c, x))
+    stamp = math.max(now, stamp + 1)
+    redis.call('ZADD', KEYS[3], stamp, member)
+    redis.call('ZADD', KEYS[4], x, member)
+    if call > 0 and channel ~= '' then
+      redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d', member, e, c, x))
+    end
+  end
+end
+redis.call('SET', KEYS[5], stamp)
+
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #dead > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  redis.call('ZREM', KEYS[3], unpack(dead))
+  redis.call('HDEL', KEYS[2], unpack(dead))
+end
+
+local nodes = redis.call('ZCARD', KEYS[1])
+-- (ARGV[4] as sent: Lua would write a number of 16 digits in 14.)
+local changes = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+local more = 0
+if #changes > 2 * limit then
+  more = 1
+  changes[#changes] = nil
+  changes[#changes] = nil
+end
+local out = {now, nodes, new, after, more}
+if #changes > 0 then
+  local members = {}
+  for i = 1, #changes, 2 do members[#members + 1] = changes[i] end
+  local vals = redis.call('HMGET', KEYS[2], unpack(members))
+  for j, member in ipairs(members) do
+    local a, b, d = string.match(vals[j] or '', '^(%S+) (%S+) (%S+)$')
+    out[4] = tonumber(changes[2 * j])
+    out[#out + 1] = member
+    out[#out + 1] = tonumber(a) or 0
+    out[#out + 1] = tonumber(b) or 0
+    out[#out + 1] = tonumber(d) or 0
+  end
+end
+-- The fleet lives while nodes beat; the registry while an entry is alive.
+local keep = math.ceil(2 * active / 1000)
+redis.call('PEXPIRE', KEYS[1], keep)
+local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+local ttl = keep
+if #last == 2 then ttl = math.max(keep, math.ceil((tonumber(last[2]) - now) / 1000) + keep) end
+for i = 2, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+return out

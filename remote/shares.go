@@ -1,0 +1,244 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// The store's side of Async mode's share protocol (package share): each
+// contested key's hash (shares.lua) and the registry of contested keys every
+// node reads at its heartbeat (registry.lua), with calls published on a
+// channel for the nodes to hear at once.
+
+// shareArgsPerOp and shareValuesPerOp are shares.lua's per-key argument and
+// reply counts.
+const (
+	shareArgsPerOp   = 26
+	shareValuesPerOp = 18
+)
+
+// ShareOps applies ops (one per key) with settings set, in one round trip
+// per Redis node (a batch of keys per script call on a single Redis, one
+// key per call on a Cluster), and fills replies, one per op. It returns an
+// error when every op failed (Redis unreachable); an op's own fault (a key
+// of another type) is in its reply's Err.
+func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op, replies []share.Reply) error {
+	per := keysPerCall
+	if _, single := s.client.(*redis.Client); !single {
+		per = 1
+	}
+	var calls []*call
+	var cur *call
+	for i, op := range ops {
+		replies[i] = share.Reply{}
+		p, err := sharedParams(op)
+		if err != nil {
+			replies[i].Err = err
+			continue
+		}
+		if cur == nil || len(cur.reports) == per {
+			cur = &call{script: s.scripts.shares, args: []any{s.node, set.Lease, set.CallWindow, set.Cooldown}}
+			calls = append(calls, cur)
+		}
+		cur.keys = append(cur.keys, asyncKey(s.prefix, op.Limit, op.Key))
+		cur.args = append(cur.args, opArgs(p, op)...)
+		cur.reports = append(cur.reports, i)
+	}
+	if len(calls) == 0 {
+		return roundError(replies, func(r share.Reply) error { return r.Err })
+	}
+	s.run(ctx, calls)
+	for _, c := range calls {
+		readReplies(c, ops, replies)
+	}
+	return roundError(replies, func(r share.Reply) error { return r.Err })
+}
+
+// sharedParams returns op's limit in the store's units, or why it cannot be
+// sent.
+func sharedParams(op share.Op) (share.Params, error) {
+	p, ok := share.ParamsOf(op.Limit)
+	if !ok {
+		return p, &Error{Kind: ErrRedis, Op: "shares", Key: op.Key, Err: ErrNotReconcilable}
+	}
+	if err := op.Limit.Validate(); err != nil {
+		return p, err
+	}
+	return p, limit.CheckKey(op.Key)
+}
+
+// opArgs is one op's arguments to shares.lua.
+func opArgs(p share.Params, op share.Op) []any {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return []any{int(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
+		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
+		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), b(op.Serve),
+		op.Seq, op.Full, op.Shadow, op.ShadowSince}
+}
+
+// readReplies reads one call's reply into the replies of its ops.
+func readReplies(c *call, ops []share.Op, out []share.Reply) {
+	fail := func(err error) {
+		for _, i := range c.reports {
+			out[i] = share.Reply{Err: classify("shares", ops[i].Key, err)}
+		}
+	}
+	if c.err != nil {
+		fail(c.err)
+		return
+	}
+	if len(c.vals) != 1+shareValuesPerOp*len(c.reports) {
+		fail(fmt.Errorf("%w: %d values for %d keys", ErrBadReply, len(c.vals), len(c.reports)))
+		return
+	}
+	for j, i := range c.reports {
+		vals := c.vals[1+j*shareValuesPerOp : 1+(j+1)*shareValuesPerOp]
+		r, err := parseReply(vals)
+		if err != nil {
+			r.Err = classify("shares", ops[i].Key, err)
+		}
+		out[i] = r
+	}
+}
+
+// parseReply reads one key's values.
+func parseReply(vals []any) (share.Reply, error) {
+	var r share.Reply
+	if st, ok := vals[0].(int64); !ok || st != 1 {
+		msg, _ := vals[1].(string)
+		return r, scriptError(msg)
+	}
+	v, err := ints(vals, shareValuesPerOp)
+	if err != nil {
+		return r, err
+	}
+	if v[1] < int64(share.Done) || v[1] > int64(share.Ended) {
+		return r, fmt.Errorf("%w: outcome %d", ErrBadReply, v[1])
+	}
+	r.Outcome = share.Outcome(v[1])
+	r.Epoch, r.Grant, r.Growth = v[2], min(max(v[3], 0), share.One), max(v[4], 0)
+	r.Pool = share.State{Level: v[5], Window: v[6], Count: v[7], Prev: v[8]}
+	r.LeaseEnd, r.Expiry, r.Until = v[9], v[10], v[11]
+	r.Lost, r.Over, r.Replace = v[12] == 1, v[13] == 1, v[14] == 1
+	r.Served, r.ServedAt, r.Now = v[15], v[16], v[17]
+	return r, nil
+}
+
+// ShareBeat sends this node's heartbeat b and reads the fleet's answer into
+// r.
+func (s *Store) ShareBeat(ctx context.Context, b *share.Beat, r *share.BeatReply) error {
+	c := s.beatCall(b)
+	s.run(ctx, []*call{c})
+	return readBeat(c, b, r)
+}
+
+// beatCall is the script call of heartbeat b.
+func (s *Store) beatCall(b *share.Beat) *call {
+	leave := 0
+	if b.Leave {
+		leave = 1
+	}
+	most := b.Limit
+	if most <= 0 {
+		most = math.MaxInt32 // no limit on the changes returned
+	}
+	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel()}
+	for _, c := range b.Contests {
+		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry)
+	}
+	return &call{script: s.scripts.registry, keys: s.registryKeys[:], args: args}
+}
+
+// readBeat reads registry.lua's reply into r.
+func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
+	if c.err != nil {
+		return classify("heartbeat", "", c.err)
+	}
+	head, err := ints(c.vals, 5)
+	if err != nil {
+		return classify("heartbeat", "", err)
+	}
+	*r = share.BeatReply{Now: head[0], Nodes: int(head[1]), New: head[2] == 1, Next: head[3], More: head[4] == 1,
+		Changes: r.Changes[:0]}
+	rest := c.vals[5:]
+	for i := 0; i+3 < len(rest); i += 4 {
+		member, _ := rest[i].(string)
+		key, lim, ok := parseClaimMember(member)
+		if !ok {
+			continue // not ours (another version's member): ignored
+		}
+		t, err := ints(rest[i+1:i+4], 3)
+		if err != nil {
+			return classify("heartbeat", "", err)
+		}
+		r.Changes = append(r.Changes, share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2]})
+	}
+	return nil
+}
+
+// callsChannel is the channel calls are published on.
+func (s *Store) callsChannel() string { return s.prefix + "{fleet}:calls" }
+
+// SubscribeCalls hears the calls the nodes publish (the fast path of a
+// call, ahead of the registry the heartbeats read) and hands each to heard,
+// on a goroutine of its own, until stop is called. A call lost on the way
+// (a dropped connection, which go-redis makes again) is read from the
+// registry at the next heartbeat all the same.
+func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest)) (stop func()) {
+	ps := s.client.Subscribe(ctx, s.callsChannel())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for msg := range ps.Channel() {
+			if c, ok := parseCall(msg.Payload); ok {
+				heard(c)
+			}
+		}
+	}()
+	return func() {
+		_ = ps.Close()
+		<-done
+	}
+}
+
+// parseCall reads a published call: member, epoch, call, expiry, a line
+// each.
+func parseCall(payload string) (share.Contest, bool) {
+	parts := strings.Split(payload, "\n")
+	if len(parts) != 4 {
+		return share.Contest{}, false
+	}
+	key, lim, ok := parseClaimMember(parts[0])
+	if !ok {
+		return share.Contest{}, false
+	}
+	var t [3]int64
+	for i := range t {
+		v, err := strconv.ParseInt(parts[i+1], 10, 64)
+		if err != nil {
+			return share.Contest{}, false
+		}
+		t[i] = v
+	}
+	return share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2]}, true
+}
+
+// registryKeyNames are the registry's keys under prefix, in one Cluster
+// slot: the fleet, the registry, its changes, its expiries, its stamp.
+func registryKeyNames(prefix string) [5]string {
+	base := prefix + "{fleet}"
+	return [5]string{base + ":nodes", base + ":reg", base + ":changed", base + ":expires", base + ":stamp"}
+}

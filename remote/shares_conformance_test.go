@@ -1,0 +1,122 @@
+package remote_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/sharesim"
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+var conformCount = flag.Int("conform.count", 12, "how many simulated scenarios TestShareScriptsConform replays on Redis")
+
+// TestShareScriptsConform holds the share scripts (shares.lua, registry.lua)
+// to the Go model the simulation runs: it plays simulated scenarios with
+// every op and heartbeat applied to both, on the same clock (the scripts read
+// it from a key instead of TIME), and fails at the first answer that
+// differs.
+func TestShareScriptsConform(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ops := 0
+	for seed := int64(1); seed <= int64(*conformCount); seed++ {
+		require.NoError(t, c.FlushAll(context.Background()).Err())
+		sc := sharesim.Generate(seed)
+		st := &dualStore{t: t, seed: seed, c: c, model: storemodel.New(share.Duration(sc.ActiveWindow)),
+			nodes: map[string]*remote.Store{}, active: sc.ActiveWindow}
+		sharesim.RunOn(sc, st)
+		ops += st.ops
+		if testing.Verbose() {
+			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
+		}
+	}
+	require.Positive(t, ops, "the scenarios sent no op")
+	t.Logf("%d ops agreed", ops)
+}
+
+// dualStore applies every call to the model and to Redis and compares.
+type dualStore struct {
+	t          *testing.T
+	seed       int64
+	c          *redis.Client
+	model      *storemodel.Model
+	nodes      map[string]*remote.Store
+	active     time.Duration
+	ops, beats int
+}
+
+const clockKey = "conform:now"
+
+func (d *dualStore) node(id string) *remote.Store {
+	s := d.nodes[id]
+	if s == nil {
+		var err error
+		s, err = remote.New(d.c, remote.Options{Node: id, ActiveWindow: d.active})
+		require.NoError(d.t, err)
+		s.UseClockKey(clockKey)
+		d.nodes[id] = s
+	}
+	return s
+}
+
+func (d *dualStore) setClock(now int64) {
+	require.NoError(d.t, d.c.Set(context.Background(), clockKey, strconv.FormatInt(now, 10), 0).Err())
+}
+
+func (d *dualStore) Ops(now int64, node string, set share.Settings, ops []share.Op, replies []share.Reply) {
+	sharesim.ModelStore{Model: d.model}.Ops(now, node, set, ops, replies)
+	d.setClock(now)
+	got := make([]share.Reply, len(ops))
+	err := d.node(node).ShareOps(context.Background(), set, ops, got)
+	require.NoError(d.t, err, "seed %d", d.seed)
+	for i := range ops {
+		want := replies[i]
+		if got[i] != want {
+			d.t.Fatalf("seed %d, at %d µs, node %s, op %d of %d: %+v\nmodel: %+v\nredis: %+v",
+				d.seed, now, node, i+1, len(ops), ops[i], want, got[i])
+		}
+	}
+	d.ops += len(ops)
+}
+
+func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {
+	want := d.model.Beat(now, node, b)
+	d.setClock(now)
+	var got share.BeatReply
+	require.NoError(d.t, d.node(node).ShareBeat(context.Background(), &b, &got), "seed %d", d.seed)
+	if m, r := beatString(want), beatString(got); m != r {
+		d.t.Fatalf("seed %d, at %d µs, node %s, beat %+v\nmodel: %s\nredis: %s", d.seed, now, node, b, m, r)
+	}
+	d.beats++
+	return want
+}
+
+// beatString prints a heartbeat's reply with its limits in one form.
+func beatString(r share.BeatReply) string {
+	s := fmt.Sprintf("now=%d nodes=%d new=%v next=%d more=%v", r.Now, r.Nodes, r.New, r.Next, r.More)
+	for _, c := range r.Changes {
+		s += fmt.Sprintf(" [%s %s %d %d %d]", c.Key, c.Limit.Canonical(), c.Epoch, c.CallAt, c.Expiry)
+	}
+	return s
+}
+
+func (d *dualStore) Restart() {
+	d.model.Restart()
+	require.NoError(d.t, d.c.FlushAll(context.Background()).Err())
+}
+
+func (d *dualStore) Delete(key string, lim limit.Limit) {
+	d.model.Delete(key, lim)
+	require.NoError(d.t, d.c.Del(context.Background(), d.node("evictor").ShareKey(key, lim)).Err())
+}
