@@ -10,7 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/clock"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 )
 
 // Mode is how a Limiter makes its decisions: decide locally, in a shared
@@ -168,12 +168,16 @@ type Config struct {
 	// on it, Async mode with Ledger) lives after the last weight added to it:
 	// the window in which usage can be read back. Zero means 1 hour.
 	LedgerTTL time.Duration
-	// EscalationWait bounds how long a request heavier than this node's
-	// share of its key waits while the fleet makes room for it: the key is
-	// claimed, the other nodes give up what they do not need, and the node
-	// asks Redis again every interval. Zero means 10 intervals. ctx bounds it
-	// too. Requests that fit the node's share never wait.
-	EscalationWait time.Duration
+	// AskWait bounds how long, in Async mode, a request this node's share
+	// of its key cannot admit waits for the fleet to make room for it: the
+	// node asks Redis, and the nodes that hold room they do not need give
+	// it back, within a few round trips. Zero means two intervals, at
+	// most 100 ms; ctx bounds it too. Negative means never: such a request is refused from
+	// the node's share at once, and the fleet admits less than the limit
+	// whenever a client's traffic is uneven over the nodes. Requests that
+	// fit the node's share never wait, nor does any request while the
+	// breaker is open, nor one the fleet is known to have no room for.
+	AskWait time.Duration
 	// ShortLease is how long a share larger than an even split of the fleet
 	// holds: how soon a node that took most of a key gives way to nodes
 	// that join it. Zero means 5 intervals, at least a tenth of Lease.
@@ -293,7 +297,6 @@ func (c *Config) validate() error {
 		{"ActiveWindow", c.ActiveWindow, time.Millisecond},
 		{"Lease", c.Lease, time.Millisecond},
 		{"LedgerTTL", c.LedgerTTL, 0},
-		{"EscalationWait", c.EscalationWait, 0},
 		{"ShortLease", c.ShortLease, time.Millisecond},
 		{"StartupTimeout", c.StartupTimeout, 0},
 	} {

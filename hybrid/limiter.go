@@ -27,8 +27,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/remote"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
 // janitorEvery is how often a local-only limiter forgets idle keys.
@@ -44,10 +44,12 @@ type Limiter struct {
 	engine *local.Engine
 	log    *slog.Logger
 
-	// Nil in LocalOnly mode.
+	// Nil in LocalOnly mode; one of sync and async, the reconciler, by mode.
 	store      *remote.Store
 	breaker    *breaker.Breaker
-	reconciler *reconcile.Reconciler
+	reconciler reconciler
+	sync       *reconcile.Sync
+	async      *reconcile.Async
 
 	closed    atomic.Bool
 	lost      atomic.Uint64 // sync decisions on keys whose state Redis had lost
@@ -60,6 +62,16 @@ type Limiter struct {
 
 	faults     faultState
 	startNodes atomic.Int64 // nodes in the fleet at first contact, until a round says
+}
+
+// reconciler is what both modes' reconcilers do for the limiter.
+type reconciler interface {
+	Run(context.Context)
+	Start(context.Context) error
+	Round(context.Context) error
+	Flush(context.Context) error
+	Unreported() int
+	Stats() reconcile.Stats
 }
 
 // New returns a Limiter configured by cfg and starts its background work
@@ -76,7 +88,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	mode := cfg.effectiveMode()
 	engine, err := local.New(local.Config{MaxKeys: cfg.MaxKeys, TrackSpend: mode != LocalOnly, SpendDue: mode == Sync,
-		KeepOrphans: mode == Sync || cfg.Ledger})
+		KeepOrphans: mode == Sync || cfg.Ledger, Asks: mode == Async})
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
@@ -129,18 +141,31 @@ func (l *Limiter) connect() error {
 		OnTransition: l.transition,
 	})
 	l.offset.OnStep(l.clockStep)
-	l.reconciler, err = reconcile.New(reconcile.Config{
-		Interval:       cfg.SyncInterval,
-		FleetSize:      cfg.FleetSize,
-		ActiveWindow:   cfg.ActiveWindow,
-		MaxPending:     cfg.MaxPending,
-		MaxReports:     cfg.MaxReports,
-		Shares:         l.mode == Async,
-		EscalationWait: cfg.EscalationWait,
-		Ledger:         cfg.Ledger,
-		Logger:         cfg.Logger,
-		OnRound:        l.afterRound,
-	}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
+	if l.mode == Async {
+		l.async, err = reconcile.NewAsync(reconcile.AsyncConfig{
+			Interval:     cfg.SyncInterval,
+			AskWait:      cfg.AskWait,
+			Lease:        cfg.Lease,
+			ActiveWindow: cfg.ActiveWindow,
+			FleetSize:    cfg.FleetSize,
+			MaxPending:   cfg.MaxPending,
+			Ledger:       cfg.Ledger,
+			Logger:       cfg.Logger,
+			OnRound:      l.afterRound,
+		}, reconcile.AsyncDeps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
+		l.reconciler = l.async
+	} else {
+		l.sync, err = reconcile.NewSync(reconcile.SyncConfig{
+			Interval:     cfg.SyncInterval,
+			FleetSize:    cfg.FleetSize,
+			ActiveWindow: cfg.ActiveWindow,
+			MaxPending:   cfg.MaxPending,
+			MaxReports:   cfg.MaxReports,
+			Logger:       cfg.Logger,
+			OnRound:      l.afterRound,
+		}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
+		l.reconciler = l.sync
+	}
 	if err != nil {
 		return fmt.Errorf("hybrid: %w", err)
 	}
@@ -319,82 +344,80 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (D
 	if l.engine.Degraded() {
 		return l.degraded(key, lim, n)
 	}
-	res, err := l.engine.AllowN(l.now(), key, lim, n)
+	now := l.now()
+	res, err := l.engine.AllowN(now, key, lim, n)
 	switch err {
 	case nil:
 		return Decision{Result: res, Source: Local}, nil
-	case local.ErrEscalate:
-		return l.escalate(ctx, key, lim, n)
+	case local.ErrShort:
+		return l.ask(ctx, now, key, lim, n)
 	case local.ErrFaulted:
 		return l.degraded(key, lim, n) // Redis refuses this key: the fallback decides it
 	}
 	return Decision{}, err
 }
 
-// escalate decides in Redis a request heavier than this node's share of the
-// key could ever admit: Redis holds the fleet's state, so the request passes
-// when the fleet has room for it, on whichever node it lands. It waits on
-// Redis (at most RedisTimeout, and ctx), unless the breaker is open: then,
-// and when Redis fails, it is decided under the fallback.
-func (l *Limiter) escalate(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
-	deadline := time.Now().Add(l.reconciler.EscalationWait())
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+// ask decides a request this node's share could not admit at now (Async):
+// the node asks the fleet for room and the request waits, at most AskWait
+// and ctx, for the answer. The fleet's pool may admit it at once (Source
+// Remote); a share that grew decides it in memory (Source Local). It is
+// refused at once when the fleet is known to have no room before AskWait
+// (or ever, with AskWait negative), and decided under the fallback while
+// the breaker is open.
+func (l *Limiter) ask(ctx context.Context, now int64, key string, lim Limit, n int64) (Decision, error) {
+	deadline := now + int64(l.async.AskWait())
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, now+int64(time.Until(d)))
 	}
+	asked := now
+	waited := false
 	for {
-		if l.breaker.State() == breaker.Open {
+		ans := l.async.Ask(ctx, now, asked, key, lim, n, deadline)
+		switch ans.Verdict {
+		case reconcile.Unreachable:
 			return l.degraded(key, lim, n)
-		}
-		esc, err := l.reconciler.Escalate(ctx, key, lim, n, l.cfg.RedisTimeout)
-		if err != nil {
-			if isCallerError(err) {
-				return Decision{}, err
-			}
-			if l.breaker.State() == breaker.Open || l.engine.Degraded() {
-				return l.degraded(key, lim, n)
-			}
-			// One call failed, Redis is not down: the fleet's state is out
-			// of reach for this request only. Refused, to try again; the
-			// node's share alone could never hold it.
-			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
-			res.Limit, res.Allowed, res.RetryAfter = lim, false, max(l.cfg.SyncInterval, l.cfg.RedisTimeout)
-			return Decision{Result: res, Source: Remote}, nil
-		}
-		if esc.Admitted {
-			res, _ := l.engine.AllowN(l.now(), key, lim, 0) // the node's state after the fleet's answer
+		case reconcile.Admitted:
+			res, _ := l.engine.AllowN(l.now(), key, lim, 0) // the node's own state: the pool admitted it
 			res.Limit, res.Allowed, res.RetryAfter = lim, true, 0
 			return Decision{Result: res, Source: Remote}, nil
-		}
-		// The fleet may have given this node room without enough of it
-		// unspent yet: its own share may now hold the request.
-		res, err := l.engine.AllowN(l.now(), key, lim, n)
-		switch err {
-		case nil:
-			return Decision{Result: res, Source: Local}, nil
-		case local.ErrEscalate:
-		default:
-			if errors.Is(err, local.ErrFaulted) {
+		case reconcile.Retry:
+			waited = true
+			now = l.now()
+			res, err := l.engine.AllowN(now, key, lim, n)
+			switch {
+			case err == nil:
+				return Decision{Result: res, Source: Local}, nil
+			case errors.Is(err, local.ErrFaulted):
 				return l.degraded(key, lim, n)
+			case !errors.Is(err, local.ErrShort):
+				return Decision{}, err
+			case now >= deadline:
+				return l.refuse(now, key, lim, n, 0, true)
 			}
-			return Decision{}, err
-		}
-		wait := l.cfg.SyncInterval
-		if time.Now().Add(wait).After(deadline) {
-			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
-			res.Limit, res.Allowed = lim, false
-			res.RetryAfter = max(res.RetryAfter, wait)
-			return Decision{Result: res, Source: Remote}, nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			res, _ := l.engine.AllowN(l.now(), key, lim, 0)
-			res.Limit, res.Allowed, res.RetryAfter = lim, false, wait
-			return Decision{Result: res, Source: Remote}, nil
-		case <-t.C:
+		default: // Refuse, Expired
+			return l.refuse(l.now(), key, lim, n, ans.Until, waited || ans.Verdict == reconcile.Expired)
 		}
 	}
+}
+
+// refuse refuses a request the fleet has no room for (until, Unix ns on
+// Redis's clock, when known), counting its demand. Source is Remote when
+// the node asked the fleet, Local when it knew already.
+func (l *Limiter) refuse(now int64, key string, lim Limit, n, until int64, asked bool) (Decision, error) {
+	res, err := l.engine.Refuse(now, key, lim, n)
+	if err != nil {
+		return Decision{}, err
+	}
+	res.Limit, res.Allowed = lim, false
+	if until > now {
+		res.RetryAfter = max(res.RetryAfter, time.Duration(until-now))
+	}
+	res.RetryAfter = max(res.RetryAfter, time.Millisecond)
+	src := Local
+	if asked {
+		src = Remote
+	}
+	return Decision{Result: res, Source: src}, nil
 }
 
 // syncAllow decides in Redis, or from memory when Redis fails. A call that
@@ -405,7 +428,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	if l.breaker.State() == breaker.Open {
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
-	seq := l.reconciler.NextSeq()
+	seq := l.sync.NextSeq()
 	known := remote.Known{Seq: seq, Now: l.now()}
 	known.Estimate, _ = l.engine.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
@@ -427,7 +450,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	dec, derr := l.degraded(key, lim, n)
 	if derr == nil && dec.Allowed && n > 0 && mayHaveRun(err) {
-		l.reconciler.Uncertain(key, lim, seq, n)
+		l.sync.Uncertain(key, lim, seq, n)
 	}
 	return dec, derr
 }

@@ -17,13 +17,14 @@ import (
 //   - LocalOnly: this node forgets the key.
 //   - Sync: the key's state in Redis is deleted, for every node at once,
 //     and so is the copy this node keeps in memory for degraded mode.
-//   - Async: the key's exact state in Redis is deleted, its shares are
-//     marked reset, and this node starts the key afresh at once. Every
-//     other node that holds state of the key is told to start it afresh in
-//     its next answer on the key, which the reset hastens (a claim with a
-//     recall in this node's next heartbeat): the whole fleet has forgiven
-//     the client within about two sync intervals, erring on the strict side
-//     meanwhile. What was admitted stays in the key's ledger.
+//   - Async: the share of the key nobody holds is made fresh in Redis,
+//     this node starts the key afresh at once, and its next heartbeat, sent
+//     at once, tells every other node through Redis's registry of the
+//     reset (and its channel, for the nodes listening): each starts the
+//     state it holds of the key afresh when it hears, within about an
+//     interval, erring on the strict side meanwhile. What a node admitted
+//     between the reset and hearing of it is forgiven with the rest. What
+//     was admitted stays in the key's ledger.
 //
 // In a Redis mode, Reset asks Redis first, bounded by ctx, and changes
 // nothing in memory when Redis cannot be reached: it returns an error, so
@@ -64,7 +65,7 @@ func (l *Limiter) Reset(ctx context.Context, key string, lim Limit) error {
 	if err != nil {
 		return err
 	}
-	l.reconciler.Reset(key, lim, at)
+	l.async.Reset(key, lim, at)
 	return nil
 }
 

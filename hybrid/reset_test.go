@@ -114,7 +114,7 @@ func TestResetAsync(t *testing.T) {
 	t.Logf("admitted after the reset: %d (capacity 20)", admitted)
 	assert.LessOrEqual(t, admitted, 20+20*2/3, "no fresh burst per node")
 	assert.GreaterOrEqual(t, admitted, 10, "the reset gave the key back")
-	assert.Positive(t, nodes[1].Stats().Reconcile.Resets+nodes[2].Stats().Reconcile.Resets)
+	assert.Positive(t, nodes[1].Stats().Reconcile.Shares.Resets+nodes[2].Stats().Reconcile.Shares.Resets)
 }
 
 // A Reset in Async mode forgives the key but keeps what was admitted on it

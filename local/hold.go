@@ -27,6 +27,9 @@ func (shortError) Error() string { return "local: no room in this node's share" 
 // even of the fleet) cannot be decided in this node's share at now. The shard
 // is locked; en's state has been rolled to now.
 func (e *Engine) short(en *entry, p *policy, n int64, now int64) bool {
+	if en.share >= ShareOne && (!en.has(flagContested) || now <= e.validUntil.Load()) {
+		return false // the whole limit is here: the fleet has nothing more to give
+	}
 	if en.has(flagContested) {
 		if en.has(flagEmpty) || now > e.validUntil.Load() {
 			return true // nothing held, or a grant whose lease this node cannot vouch for

@@ -21,7 +21,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/observe"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 )
 
 const (

@@ -17,7 +17,7 @@ type limiterCollector struct {
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
 	nodes, offset                                         *prometheus.Desc
 	faults, decisionCalls, heavyRefused                   *prometheus.Desc
-	deferred, escalations, claims, resets, leases         *prometheus.Desc
+	deferred, asks, calls, resets, leases                 *prometheus.Desc
 }
 
 // NewLimiterCollector returns a prometheus.Collector of l's Stats, read
@@ -27,7 +27,7 @@ type limiterCollector struct {
 // round's duration, fleet nodes and clock offset, the quieter faults (an
 // evicting or unreadable eviction policy, keys of another type, clock steps,
 // state Redis lost, eviction records forgotten), heavy requests refused
-// while degraded, Async's share protocol (claims, escalations, reports
+// while degraded, Async's share protocol (asks, calls, reports
 // deferred, resets applied, leases held), and the decision path's calls to
 // Redis by breaker state. Metric names start with
 // namespace ("" means DefaultNamespace). A LocalOnly limiter has no breaker,
@@ -79,8 +79,8 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		heavyRefused: desc("heavy_refused_total",
 			"Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once."),
 		deferred:    desc("sync_reports_deferred_total", "Async key reports due that waited for a later round (MaxReports a round)."),
-		escalations: desc("sync_escalations_total", "Async requests decided in Redis because this node's share could not hold them (heavy requests)."),
-		claims:      desc("sync_claims_total", "Async keys this node claimed: it needed more than its even split of them."),
+		asks:        desc("sync_asks_total", "Async requests this node's share could not admit, for which it asked the fleet for room."),
+		calls:       desc("sync_calls_total", "Async calls this node made: the other nodes holding a key were asked to give back what they spare."),
 		resets:      desc("sync_resets_total", "Async keys another node reset, started afresh here."),
 		leases:      desc("sync_leases", "Async keys whose share Redis granted this node under a live lease."),
 		decisionCalls: desc("decision_redis_calls_total",
@@ -93,7 +93,7 @@ func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.mode, c.degraded, c.keys, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
 		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
-		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.escalations, c.claims, c.resets, c.leases,
+		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.asks, c.calls, c.resets, c.leases,
 	} {
 		ch <- d
 	}
@@ -142,9 +142,9 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.faults, f.Evictions, "redis_evicted_keys")
 	counter(c.heavyRefused, s.HeavyRefused)
 	counter(c.deferred, rc.Deferred)
-	counter(c.escalations, rc.Escalations)
-	counter(c.claims, rc.Claims)
-	counter(c.resets, rc.Resets)
+	counter(c.asks, rc.Shares.Asks)
+	counter(c.calls, rc.Shares.Calls)
+	counter(c.resets, rc.Shares.Resets)
 	gauge(c.leases, float64(rc.Leases))
 	dc := s.DecisionCalls
 	counter(c.decisionCalls, dc.Closed, breaker.Closed.String())

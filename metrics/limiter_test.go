@@ -19,8 +19,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/observe"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/remote"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
 )
 
 var bg = context.Background()
@@ -73,7 +73,8 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		Breaker:       breaker.HalfOpen,
 		BreakerCounts: breaker.Counts{Successes: 100, Failures: 7, Timeouts: 3, Rejected: 40, Changes: 5},
 		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, Pending: 9, Nodes: 4,
-			LastRound: 1500 * time.Microsecond, Deferred: 21, Escalations: 22, Claims: 23, KeyFaults: 4, Resets: 24, Leases: 25},
+			LastRound: 1500 * time.Microsecond, Deferred: 21, KeyFaults: 4, Leases: 25,
+			Shares: reconcile.SharesStats{Asks: 22, Calls: 23, Resets: 24}},
 		StateLost:          26,
 		HeavyRefused:       27,
 		EvictionsForgotten: 28,
@@ -136,12 +137,12 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_redis_timeouts_total Calls to Redis abandoned at their timeout (also counted in redis_errors_total).
 		# TYPE edge_redis_timeouts_total counter
 		edge_redis_timeouts_total 3
-		# HELP edge_sync_claims_total Async keys this node claimed: it needed more than its even split of them.
-		# TYPE edge_sync_claims_total counter
-		edge_sync_claims_total 23
-		# HELP edge_sync_escalations_total Async requests decided in Redis because this node's share could not hold them (heavy requests).
-		# TYPE edge_sync_escalations_total counter
-		edge_sync_escalations_total 22
+		# HELP edge_sync_asks_total Async requests this node's share could not admit, for which it asked the fleet for room.
+		# TYPE edge_sync_asks_total counter
+		edge_sync_asks_total 22
+		# HELP edge_sync_calls_total Async calls this node made: the other nodes holding a key were asked to give back what they spare.
+		# TYPE edge_sync_calls_total counter
+		edge_sync_calls_total 23
 		# HELP edge_sync_keys_sent_total Key reports sent to Redis in successful sync rounds.
 		# TYPE edge_sync_keys_sent_total counter
 		edge_sync_keys_sent_total 5000
@@ -254,7 +255,7 @@ func TestObserveRoundHooksAReconciler(t *testing.T) {
 	store, err := remote.New(srv.Client(t, shortTimeouts), remote.Options{Node: "me"})
 	require.NoError(t, err)
 	b := breaker.New(breaker.Settings{Timeout: time.Second, OpenFor: time.Minute, Failures: 1})
-	rc, err := reconcile.New(reconcile.Config{OnRound: rec.ObserveRound},
+	rc, err := reconcile.NewSync(reconcile.SyncConfig{OnRound: rec.ObserveRound},
 		reconcile.Deps{Engine: engine, Store: store, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
 	require.NoError(t, err)
 

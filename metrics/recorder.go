@@ -13,7 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/observe"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 )
 
 // The label names.

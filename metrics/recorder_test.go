@@ -26,14 +26,14 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/observe"
-	reconcile "github.com/hybridlimit/hybridlimit/sync"
+	"github.com/hybridlimit/hybridlimit/reconcile"
 )
 
 // A Recorder is what the middleware observes through.
 var _ observe.Observer = (*Recorder)(nil)
 
 // A Recorder is a reconciler's round hook.
-var _ = reconcile.Config{OnRound: (&Recorder{}).ObserveRound}
+var _ = reconcile.SyncConfig{OnRound: (&Recorder{}).ObserveRound}
 
 func TestMain(m *testing.M) {
 	redistest.QuietClientLogs() // go-redis logs every dial the outages fail

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
 	"github.com/hybridlimit/hybridlimit/share"
 )
 
@@ -20,6 +21,10 @@ import (
 const (
 	// DefaultInterval is the time between rounds.
 	DefaultInterval = 20 * time.Millisecond
+	// DefaultMaxAskWait caps the default AskWait: the calls that make
+	// room travel on a channel, not with the heartbeats, so a long interval
+	// need not mean a long wait.
+	DefaultMaxAskWait = 100 * time.Millisecond
 	// registryPage is the most registry changes one heartbeat reads.
 	registryPage = 1000
 	// faultRetry is how long a key the store refuses waits before it is
@@ -39,8 +44,8 @@ type SharesConfig struct {
 	// hears a call. Zero means 20 ms.
 	Interval time.Duration
 	// AskWait bounds how long a request the node's share cannot admit
-	// waits for the fleet to give it room. Zero means two intervals;
-	// negative means never: such a request is refused at once.
+	// waits for the fleet to give it room. Zero means two intervals, at
+	// most 100 ms; negative means never: such a request is refused at once.
 	AskWait time.Duration
 	// Lease is how long a grant holds unless renewed. Zero means 50
 	// intervals, at least 1 s.
@@ -60,7 +65,7 @@ type SharesConfig struct {
 func (cfg SharesConfig) withDefaults() SharesConfig {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	if cfg.AskWait == 0 {
-		cfg.AskWait = 2 * cfg.Interval
+		cfg.AskWait = min(2*cfg.Interval, DefaultMaxAskWait)
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = max(50*cfg.Interval, time.Second)
@@ -101,6 +106,8 @@ type Shares struct {
 	beating bool  // a beat is in flight
 	wake    func(Wake)
 	pressed []local.Pressed
+	named   map[string]struct{} // what was logged of which key (once)
+	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -112,7 +119,7 @@ type Shares struct {
 
 // shareStats are the protocol's counters.
 type shareStats struct {
-	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired atomic.Uint64
+	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired, resets atomic.Uint64
 }
 
 // SharesStats is a snapshot of the protocol's counters.
@@ -123,6 +130,7 @@ type SharesStats struct {
 	Lost, Over                      uint64 // contests the store had lost; grants the store had not accounted (degraded)
 	Faults                          uint64 // ops the store refused for the key itself
 	Expired                         uint64 // grants that lapsed before they were renewed
+	Resets                          uint64 // keys another node reset, started afresh here
 	Contested                       int    // keys this node holds as contested
 	Nodes                           int    // the fleet's size this node divides by
 }
@@ -131,7 +139,7 @@ type SharesStats struct {
 func NewShares(cfg SharesConfig, eng *local.Engine) *Shares {
 	cfg = cfg.withDefaults()
 	s := &Shares{cfg: cfg, eng: eng, log: cfg.Logger, keys: make(map[keyLim]*keyState), queued: make(map[*keyState]bool),
-		claims: make(map[keyLim]int64), seq: time.Now().UnixMicro()}
+		claims: make(map[keyLim]int64), named: make(map[string]struct{}), resets: make(map[keyLim]int64)}
 	s.fleet.window = share.Duration(cfg.ActiveWindow)
 	s.fleet.fixed = cfg.FleetSize
 	eng.SetClaimed(s.claimed)
@@ -404,9 +412,6 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 	if !s.read {
 		b.From = 0
 	}
-	for _, c := range b.Contests {
-		dbg("t=%d beat-send %s %v call=%d", share.Micros(now), c.Key, c.Limit, c.CallAt)
-	}
 	s.calls = nil
 	return b
 }
@@ -454,12 +459,17 @@ func (s *Shares) More() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.more }
 // (New beats before it decides). s.mu is held.
 func (s *Shares) heard(c share.Contest, first bool, now int64) {
 	kl := keyLim{c.Key, c.Limit.Canonical()}
+	if c.Reset > 0 {
+		s.resetHeard(kl, c.Reset, first, now)
+	}
+	if c.Epoch == 0 {
+		return // a reset alone
+	}
 	ks := s.state(kl, true)
 	if ks == nil {
 		return
 	}
 	ks.registered = max(ks.registered, c.Expiry)
-	dbg("t=%d heard %s %v epoch=%d call=%d expiry=%d first=%v phase=%v", now, ks.kl.key, ks.kl.lim, c.Epoch, c.CallAt, c.Expiry, first, ks.phase)
 	switch {
 	case first && ks.phase == phaseEven:
 		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
@@ -483,6 +493,37 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 				s.enqueue(ks, wantGive)
 			}
 		}
+	}
+}
+
+// resetHeard starts kl afresh in the engine, once per reset at (µs), unless
+// this node made it (it started afresh then) or reads the registry for the
+// first time (it holds nothing from before). s.mu is held.
+func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
+	if s.resets[kl] >= at {
+		return
+	}
+	s.resets[kl] = at
+	if !first {
+		s.eng.Restart(share.Nanos(now), kl.key, kl.lim)
+		s.stats.resets.Add(1)
+	}
+}
+
+// Reset starts (key, lim) afresh on this node at now (ns), the store's
+// state of it having been reset at at (ns; remote.Store.ResetShares), and
+// sends the reset to every other node through the registry with the next
+// heartbeat, at once: each starts the state it holds afresh when it hears.
+func (s *Shares) Reset(now int64, key string, lim limit.Limit, at int64) {
+	kl := keyLim{key, lim}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	us := share.Micros(at)
+	s.resets[kl] = max(s.resets[kl], us)
+	s.eng.Restart(now, key, lim)
+	s.calls = append(s.calls, share.Contest{Key: key, Limit: lim, Expiry: us + share.Duration(s.cfg.ActiveWindow), Reset: us})
+	if s.wake != nil {
+		s.wake(WakeBeat)
 	}
 }
 
@@ -579,8 +620,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	if serve {
 		need = 0
 	}
-	s.seq++
-	asked := int64(0) // the latest of the requests waiting: what the pool admits counts once they all were made
+	s.seq = max(s.seq+1, us) // grows across restarts of the node too: the store answers a seq it has seen as it did
+	asked := int64(0)        // the latest of the requests waiting: what the pool admits counts once they all were made
 	for _, w := range ks.waiters {
 		asked = max(asked, w.at)
 	}
@@ -594,7 +635,6 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	if ks.phase == phaseEven {
 		op.Epoch = 0
 	}
-	dbg("t=%d build %s %v phase=%v in=%b held=%d keep=%d want=%d need=%d grant=%d lastUse=%d rate=%.1f", us, ks.kl.key, ks.kl.lim, ks.phase, in, held, keep, want, op.Need, ks.grant, ks.lastUse, ks.rate)
 	if keep < int64(held) {
 		s.hold(ks, keep) // it decides in what it keeps from now on
 	}
@@ -642,7 +682,7 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 			r.Err = errors.New("reconcile: no reply")
 		}
 		switch {
-		case err != nil || r.Err != nil && !keyFault(r.Err):
+		case err != nil || r.Err != nil && !remote.IsKeyFault(r.Err):
 			ks.retry = true
 			s.queueRetry(ks)
 			if unreachable {
@@ -664,19 +704,12 @@ func (s *Shares) queueRetry(ks *keyState) {
 	}
 }
 
-// keyFault reports whether err is the key's own fault rather than the
-// store's (set by the runner: remote.IsKeyFault).
-var keyFault = func(err error) bool { return false }
-
-// SetKeyFault sets the test of a key's own fault (remote.IsKeyFault).
-func SetKeyFault(f func(error) bool) { keyFault = f }
-
 // fault handles a store that refuses a key: decided under the fallback,
 // logged and counted, tried again later. s.mu is held.
 func (s *Shares) fault(ks *keyState, err error, us int64) {
 	s.stats.faults.Add(1)
 	if !ks.faulted {
-		s.log.Warn("reconcile: the store refuses this key: deciding it under the fallback until it is fixed",
+		s.once(ks.kl, "reconcile: the store refuses this key: deciding it under the fallback until it is fixed (counted in Stats.KeyFaults)",
 			"key", ks.kl.key, "limit", ks.kl.lim.String(), "err", err)
 	}
 	ks.faulted, ks.faultRetry = true, us+share.Duration(faultRetry)
@@ -685,10 +718,21 @@ func (s *Shares) fault(ks *keyState, err error, us int64) {
 	release(ks, Unreachable, 0)
 }
 
+// once logs msg the first time it concerns kl, for up to maxNamedKeys keys:
+// a flood of faulty keys never floods the log (the stats count them all).
+// s.mu is held.
+func (s *Shares) once(kl keyLim, msg string, args ...any) {
+	k := msg + "\x00" + kl.key
+	if _, ok := s.named[k]; ok || len(s.named) >= maxNamedKeys {
+		return
+	}
+	s.named[k] = struct{}{}
+	s.log.Warn(msg, args...)
+}
+
 // applied applies reply r to ks's op. s.mu is held.
 func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	op := ks.op
-	dbg("t=%d reply %s %v outcome=%v grant=%d growth=%d pool=%+v until=%d lost=%v over=%v", us, ks.kl.key, ks.kl.lim, r.Outcome, r.Grant, r.Growth, r.Pool, r.Until, r.Lost, r.Over)
 	ks.op = nil
 	if ks.faulted {
 		ks.faulted = false
@@ -697,7 +741,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	if r.Lost {
 		s.stats.lost.Add(1)
-		s.log.Warn("reconcile: the store had lost a contest this node held a grant of (evicted, deleted, or a restart): rebuilt from this node's grant",
+		s.once(ks.kl, "reconcile: the store had lost a contest this node held a grant of (evicted, deleted, or a restart): rebuilt from this node's grant (counted in Stats.StateLost)",
 			"key", ks.kl.key, "limit", ks.kl.lim.String())
 	}
 	if r.Over {
@@ -869,6 +913,11 @@ func (s *Shares) Tick(now int64) (next int64) {
 		}
 		s.forget(ks)
 	}
+	for kl, at := range s.resets {
+		if at < us-share.Duration(s.cfg.ActiveWindow) {
+			delete(s.resets, kl) // the registry forgot it too
+		}
+	}
 	s.eng.SetValidUntil(share.Nanos(valid))
 	return share.Nanos(wake)
 }
@@ -1015,7 +1064,7 @@ func (s *Shares) Stats() SharesStats {
 	st := &s.stats
 	return SharesStats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
 		Calls: st.calls.Load(), Waits: st.waits.Load(), NoRoom: st.noRoom.Load(), Lost: st.lost.Load(), Over: st.over.Load(),
-		Faults: st.faults.Load(), Expired: st.expired.Load(), Contested: contested, Nodes: nodes}
+		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Contested: contested, Nodes: nodes}
 }
 
 // Describe returns ks's state for debugging: phase, epoch, grant, lease.

@@ -16,13 +16,14 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
 )
 
 // leastPrivilege is the ACL rule docs/redis.md gives for the limiter's user
 // (after "ACL SETUSER <user> on ><password> "): its prefix's keys only, and
 // only the commands it sends and its scripts call.
-const leastPrivilege = "resetkeys ~rl:* resetchannels -@all +ping +evalsha +script|load " +
-	"+time +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zmscore"
+const leastPrivilege = "resetkeys ~rl:* resetchannels &rl:* -@all +ping +evalsha +script|load +subscribe " +
+	"+time +get +set +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zmscore +publish"
 
 // The rule names every command the scripts call (so a script that starts
 // calling another fails here, not in production), and docs/redis.md gives
@@ -30,13 +31,16 @@ const leastPrivilege = "resetkeys ~rl:* resetchannels -@all +ping +evalsha +scri
 func TestLeastPrivilegeRuleCoversTheScripts(t *testing.T) {
 	allowed := map[string]bool{}
 	for _, f := range strings.Fields(leastPrivilege) {
+		if f == "+subscribe" {
+			continue // the client's, not a script's
+		}
 		if c, ok := strings.CutPrefix(f, "+"); ok {
 			allowed[c] = true
 		}
 	}
 	called := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
 	var missing []string
-	for _, src := range []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, contestSrc, ledgerSrc, resetSrc} {
+	for _, src := range sources() {
 		for _, m := range called.FindAllStringSubmatch(src, -1) {
 			if c := strings.ToLower(m[1]); !allowed[c] && !slices.Contains(missing, c) {
 				missing = append(missing, c)
@@ -98,7 +102,38 @@ func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
 			failures++
 		}
 	}
-	t.Logf("%d calls failed across 3 rounds of decisions and reconciliation", failures)
+	// Async mode's share protocol: an op, a heartbeat that calls, and the
+	// call heard on the channel.
+	heard := make(chan share.Contest, 1)
+	stop := s.SubscribeCalls(bg, func(c share.Contest) {
+		select {
+		case heard <- c:
+		default:
+		}
+	})
+	defer stop()
+	time.Sleep(50 * time.Millisecond) // the subscription reaches Redis
+	replies := make([]share.Reply, 1)
+	err = s.ShareOps(bg, share.Settings{Lease: 1e6, CallWindow: 4e4, Cooldown: 2e5},
+		[]share.Op{{Key: "s", Limit: lims[0], Want: 1, Need: share.One, Fleet: 2, Seq: 1, Full: -1, Shadow: -1}}, replies)
+	if assert.NoError(t, err, "share op") {
+		assert.NoError(t, replies[0].Err)
+	} else {
+		failures++
+	}
+	var br share.BeatReply
+	err = s.ShareBeat(bg, &share.Beat{Contests: []share.Contest{{Key: "s", Limit: lims[0], Epoch: 1, CallAt: 2, Expiry: 1 << 60}}}, &br)
+	if assert.NoError(t, err, "heartbeat") {
+		select {
+		case c := <-heard:
+			assert.Equal(t, "s", c.Key)
+		case <-time.After(5 * time.Second):
+			t.Error("the call was not heard on the channel")
+		}
+	} else {
+		failures++
+	}
+	t.Logf("%d calls failed across 3 rounds of decisions and reconciliation, and the share protocol's", failures)
 
 	_, err = s.MaxmemoryPolicy(bg)
 	assert.ErrorIs(t, err, ErrCannotCheck)

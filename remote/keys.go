@@ -53,12 +53,20 @@ func redisKey(prefix string, lim limit.Limit, key string) string {
 	return b.String()
 }
 
-// asyncKey is the Redis key of key's shares under lim in Async mode
-// (contest.lua): '<prefix>a<alg>:{<key>}:<limit>'. It is not the key Sync
+// asyncKey is the Redis key of key's contest under lim in Async mode
+// (shares.lua): '<prefix>a<alg>:{<key>}:<limit>'. It is not the key Sync
 // decisions keep the exact state in (redisKey): the two hold different
 // things, and a fleet runs one mode.
 func asyncKey(prefix string, lim limit.Limit, key string) string {
 	return prefix + "a" + redisKey("", lim, key)
+}
+
+// ledgerKey is the Redis key of key's ledger under lim in Async mode
+// (ledger.lua): '<prefix>l<alg>:{<key>}:<limit>', in the contest's slot. A
+// key of its own: a contest ends and is deleted long before the ledger
+// that outlives it.
+func ledgerKey(prefix string, lim limit.Limit, key string) string {
+	return prefix + "l" + redisKey("", lim, key)
 }
 
 // limitTag names a limit within a key: its rate, period and, for the

@@ -18,13 +18,11 @@ func (s *Store) Reset(ctx context.Context, key string, lim limit.Limit) (bool, e
 	return had, err
 }
 
-// ResetShares is Async mode's reset of key under lim: the exact state
-// escalated requests are decided in is deleted, and the key's shares are
-// marked reset at Redis's TIME, which it returns (Unix ns): every node that
-// holds state of the key from before then is told to start it afresh in
-// its next answer on the key (ShareAnswer.Reset), and the share nobody holds
-// is emptied. What the fleet admitted (the ledger) is kept. The caller
-// forgets the key itself; its own record on the key is marked as seen.
+// ResetShares is Async mode's reset of key under lim: a contest's share
+// nobody holds is made fresh, and the reset's time on Redis's clock is
+// returned (Unix ns), for the caller to send every node through the
+// registry (reconcile.Async.Reset): each starts the state it holds afresh.
+// What the fleet admitted (the ledger) is kept.
 func (s *Store) ResetShares(ctx context.Context, key string, lim limit.Limit) (bool, int64, error) {
 	return s.reset(ctx, key, lim, true)
 }
@@ -48,7 +46,7 @@ func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares b
 	if shares {
 		keys = append(keys, asyncKey(s.prefix, lim, key)) // the same hash tag too
 	}
-	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period, ms(2*s.active)).Slice()
+	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period).Slice()
 	if err != nil {
 		return false, 0, classify("reset", key, err)
 	}

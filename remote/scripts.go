@@ -20,8 +20,6 @@ var (
 	reconcileSrc string
 	//go:embed lua/fleet.lua
 	fleetSrc string
-	//go:embed lua/contest.lua
-	contestSrc string
 	//go:embed lua/ledger.lua
 	ledgerSrc string
 	//go:embed lua/reset.lua
@@ -34,7 +32,7 @@ var (
 
 // scripts holds every script a store runs.
 type scripts struct {
-	gcra, window, log, reconcile, fleet, contest, ledger, reset, shares, registry *redis.Script
+	gcra, window, log, reconcile, fleet, ledger, reset, shares, registry *redis.Script
 }
 
 func newScripts() scripts {
@@ -44,7 +42,6 @@ func newScripts() scripts {
 		log:       redis.NewScript(logSrc),
 		reconcile: redis.NewScript(reconcileSrc),
 		fleet:     redis.NewScript(fleetSrc),
-		contest:   redis.NewScript(contestSrc),
 		ledger:    redis.NewScript(ledgerSrc),
 		reset:     redis.NewScript(resetSrc),
 		shares:    redis.NewScript(sharesSrc),
@@ -53,12 +50,12 @@ func newScripts() scripts {
 }
 
 func (sc scripts) all() []*redis.Script {
-	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.contest, sc.ledger, sc.reset, sc.shares, sc.registry}
+	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.ledger, sc.reset, sc.shares, sc.registry}
 }
 
 // sources returns every script's source, in the order of all.
 func sources() []string {
-	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, contestSrc, ledgerSrc, resetSrc, sharesSrc, registrySrc}
+	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, ledgerSrc, resetSrc, sharesSrc, registrySrc}
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.

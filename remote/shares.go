@@ -157,7 +157,7 @@ func (s *Store) beatCall(b *share.Beat) *call {
 	}
 	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel()}
 	for _, c := range b.Contests {
-		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry)
+		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry, c.Reset)
 	}
 	return &call{script: s.scripts.registry, keys: s.registryKeys[:], args: args}
 }
@@ -174,17 +174,17 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 	*r = share.BeatReply{Now: head[0], Nodes: int(head[1]), New: head[2] == 1, Next: head[3], More: head[4] == 1,
 		Changes: r.Changes[:0]}
 	rest := c.vals[5:]
-	for i := 0; i+3 < len(rest); i += 4 {
+	for i := 0; i+4 < len(rest); i += 5 {
 		member, _ := rest[i].(string)
 		key, lim, ok := parseClaimMember(member)
 		if !ok {
 			continue // not ours (another version's member): ignored
 		}
-		t, err := ints(rest[i+1:i+4], 3)
+		t, err := ints(rest[i+1:i+5], 4)
 		if err != nil {
 			return classify("heartbeat", "", err)
 		}
-		r.Changes = append(r.Changes, share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2]})
+		r.Changes = append(r.Changes, share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]})
 	}
 	return nil
 }
@@ -214,18 +214,18 @@ func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest)) (
 	}
 }
 
-// parseCall reads a published call: member, epoch, call, expiry, a line
-// each.
+// parseCall reads a published call: member, epoch, call, expiry, reset, a
+// line each.
 func parseCall(payload string) (share.Contest, bool) {
 	parts := strings.Split(payload, "\n")
-	if len(parts) != 4 {
+	if len(parts) != 5 {
 		return share.Contest{}, false
 	}
 	key, lim, ok := parseClaimMember(parts[0])
 	if !ok {
 		return share.Contest{}, false
 	}
-	var t [3]int64
+	var t [4]int64
 	for i := range t {
 		v, err := strconv.ParseInt(parts[i+1], 10, 64)
 		if err != nil {
@@ -233,7 +233,7 @@ func parseCall(payload string) (share.Contest, bool) {
 		}
 		t[i] = v
 	}
-	return share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2]}, true
+	return share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]}, true
 }
 
 // registryKeyNames are the registry's keys under prefix, in one Cluster

@@ -157,13 +157,16 @@ type Settings struct {
 // heartbeat. A call on the key (CallAt) asks every node holding a share of
 // it to give back what it can spare (an even split included: the contest's
 // start). Expiry is when the contest may end: until then every node holds
-// the key as contested.
+// the key as contested. Reset, when not zero, is when the key was reset
+// (µs): every node starts the state it holds of the key afresh; an entry
+// may carry a reset alone (Epoch zero), for a key nobody contests.
 type Contest struct {
 	Key    string
 	Limit  limit.Limit
 	Epoch  int64 // µs
 	CallAt int64 // µs
 	Expiry int64 // µs
+	Reset  int64 // µs
 }
 
 // Beat is a node's heartbeat: it keeps the node in the fleet, sends the

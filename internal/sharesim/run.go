@@ -17,8 +17,6 @@ import (
 	"github.com/hybridlimit/hybridlimit/share"
 )
 
-var debugTicks = false
-
 // base is the Unix time the simulated store's clock starts at.
 const base = int64(1_800_000_000_000_000_000)
 
@@ -222,7 +220,7 @@ func (s *sim) fault(f Fault) {
 // the store (nor, one time in fifty, at all).
 func (s *sim) publish(from *node, cs []share.Contest) {
 	for _, c := range cs {
-		if c.CallAt == 0 {
+		if c.CallAt == 0 && c.Reset == 0 {
 			continue // a renewal of the registry, not a call
 		}
 		for _, nd := range s.nodes {
@@ -423,9 +421,6 @@ func (nd *node) round() {
 func (nd *node) tick() {
 	next := nd.sh.Tick(nd.mapped())
 	at := nd.s.now + time.Duration(next-nd.mapped())
-	if debugTicks {
-		fmt.Printf("node %d tick at %v: next %v (round %v, tickAt %v)\n", nd.idx, nd.s.now, at, nd.roundAt, nd.tickAt)
-	}
 	if at > nd.s.now && (nd.tickAt <= nd.s.now || at < nd.tickAt) && at < nd.roundAt {
 		nd.tickAt = at
 		nd.s.at(at, func() {

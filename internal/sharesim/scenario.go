@@ -374,10 +374,9 @@ func (g *gen) traffic(idx int, tight limit.Limit) {
 			at += step(rate)
 		}
 	case RoundRobin:
-		up := sc.up(from)
 		i := 0
 		for at := from; at < to; at += step(rate) {
-			up = sc.up(at)
+			up := sc.up(at)
 			if len(up) == 0 {
 				continue
 			}

@@ -8,7 +8,6 @@
 package storemodel
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -85,7 +84,7 @@ type Record struct {
 
 // entry is a registry entry.
 type entry struct {
-	epoch, callAt, expiry, changed int64
+	epoch, callAt, expiry, reset, changed int64
 }
 
 // New returns an empty store whose fleet forgets a node activeWindow µs
@@ -140,31 +139,13 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	}
 	k := kl{op.Key, op.Limit}
 	h := m.Hash(now, op.Key, op.Limit)
-	var before string
-	if h != nil && Debug != nil {
-		before = fmt.Sprintf("pool=%d joins=%d recs=%v", h.Pool, h.Joins, recs(h))
-	}
 	r := apply(p, h, now, node, set, op)
-	if Debug != nil && r.hash != nil {
-		Debug(fmt.Sprintf("t=%d store %s %s op{ep=%d held=%d keep=%d want=%d need=%d join=%v serve=%v st=%+v at=%d} before[%s] after pool=%d joins=%d recs=%v out=%v growth=%d", now, node, op.Key, op.Epoch, op.Held, op.Keep, op.Want, op.Need, op.Join, op.Serve, op.State, op.At, before, r.hash.Pool, r.hash.Joins, recs(r.hash), r.reply.Outcome, r.reply.Growth))
-	}
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
 		m.keys[k] = r.hash
 	}
 	return r.reply
-}
-
-// Debug, if set, is told of every op (debugging).
-var Debug func(string)
-
-func recs(h *Hash) string {
-	out := ""
-	for _, id := range sortedNodes(h.Records) {
-		out += fmt.Sprintf("%s:%d ", id, h.Records[id].Grant)
-	}
-	return out
 }
 
 // result is what applying an op leaves: the hash (nil: none) and the reply.
@@ -541,14 +522,25 @@ func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 	for _, c := range b.Contests {
 		mem := Member(c.Key, c.Limit)
 		e := m.entries[mem]
+		changed := true
 		switch {
 		case e == nil || c.Epoch > e.epoch:
-			e = &entry{epoch: c.Epoch, callAt: c.CallAt, expiry: c.Expiry}
+			var z int64
+			if e != nil {
+				z = e.reset
+			}
+			e = &entry{epoch: c.Epoch, callAt: c.CallAt, expiry: c.Expiry, reset: z}
 			m.entries[mem] = e
 		case c.Epoch == e.epoch:
 			e.callAt, e.expiry = max(e.callAt, c.CallAt), max(e.expiry, c.Expiry)
 		default:
-			continue // an earlier contest's
+			changed = false // an earlier contest's
+		}
+		if c.Reset > e.reset {
+			e.reset, e.expiry, changed = c.Reset, max(e.expiry, c.Expiry), true
+		}
+		if !changed {
+			continue
 		}
 		m.stamp = max(now, m.stamp+1)
 		e.changed = m.stamp
@@ -575,7 +567,7 @@ func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 		if !ok {
 			continue
 		}
-		reply.Changes = append(reply.Changes, share.Contest{Key: key, Limit: lim, Epoch: e.epoch, CallAt: e.callAt, Expiry: e.expiry})
+		reply.Changes = append(reply.Changes, share.Contest{Key: key, Limit: lim, Epoch: e.epoch, CallAt: e.callAt, Expiry: e.expiry, Reset: e.reset})
 		reply.Next = e.changed
 	}
 	return reply

@@ -446,8 +446,8 @@ func (f *fleet) stats() ReconcileCounts {
 	for _, l := range f.nodes {
 		r := l.Stats().Reconcile
 		s.Reports += r.KeysSent
-		s.Claims += r.Claims
-		s.Escalations += r.Escalations
+		s.Claims += r.Shares.Calls
+		s.Escalations += r.Shares.Asks
 		s.Deferred += r.Deferred
 		s.LostSpend += r.LostSpend
 	}

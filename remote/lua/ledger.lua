@@ -1,10 +1,9 @@
--- ledger.lua: add what a node admitted on keys it decided alone to their
--- ledgers, idempotently. A key no node contests is decided in each node's
--- even share of its limit and never needs Redis; what the nodes admitted on
--- it still belongs in its ledger, which they send when it leaves their
--- memory or when they stop.
+-- ledger.lua: add what a node admitted on keys to their ledgers,
+-- idempotently (Async mode's Ledger). A node decides most keys alone, in
+-- its share, at no cost to Redis; what it admitted still belongs in the
+-- key's ledger, which it sends every few rounds and when it stops.
 --
--- KEYS     the keys' hashes (contest.lua's): s = the ledger, and per node
+-- KEYS     the keys' ledgers (a hash each): s = the ledger, and per node
 --          l:<node> = its two latest epochs with their totals (struct)
 -- ARGV     node, keep ms (how long a ledger outlives the last weight added),
 --          then per key: epoch, total, acknowledged total

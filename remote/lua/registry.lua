@@ -2,7 +2,7 @@
 -- internal/storemodel's Beat is this script in Go.
 --
 -- KEYS[1]  the fleet: every node by the µs it last beat (sorted set)
--- KEYS[2]  the registry: per contested key, "epoch call expiry" (hash)
+-- KEYS[2]  the registry: per contested key, "epoch call expiry reset" (hash)
 -- KEYS[3]  each entry by the stamp it last changed at (sorted set)
 -- KEYS[4]  each entry by the µs it expires at (sorted set)
 -- KEYS[5]  the last stamp handed out (string)
@@ -11,18 +11,19 @@
 -- ARGV     node, active window µs, leave (1: the node leaves the fleet), the
 --          stamp after which to return changes, the most changes to return,
 --          the channel calls are published on, then per entry this node
---          sends: member, epoch, call µs, expiry µs.
+--          sends: member, epoch, call µs, expiry µs, reset µs.
 --
 -- An entry says that a key is contested until its expiry; a call on it
 -- (call µs) asks every node holding a share of it to give back what it can
--- spare. Entries only ever move forward: a later epoch replaces an entry,
--- the same one keeps the latest call and expiry. Every change gets a stamp
+-- spare; a reset (reset µs) tells every node to start the key afresh.
+-- Entries only ever move forward: a later epoch replaces an entry, the same
+-- one keeps the latest call and expiry; the latest reset is always kept. Every change gets a stamp
 -- of its own, so that a node reads each change once, in order; a call is
 -- also published, so that the nodes hear it before their next heartbeat.
 --
 -- Returns {now µs, nodes, new (1: the node was not in the fleet), the
 -- stamp of the last change returned (the next 'after'), more (1: there are
--- more), then per change: member, epoch, call µs, expiry µs}.
+-- more), then per change: member, epoch, call µs, expiry µs, reset µs}.
 local node, active = ARGV[1], tonumber(ARGV[2])
 local leave, after, limit, channel = ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local clock = redis.call('TIME')
@@ -36,13 +37,14 @@ local new = redis.call('ZADD', KEYS[1], now, node)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - active)
 
 local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
-for i = 7, #ARGV, 4 do
+for i = 7, #ARGV, 5 do
   local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local reset = tonumber(ARGV[i + 4])
   local old = redis.call('HGET', KEYS[2], member)
-  local e, c, x = 0, 0, 0
+  local e, c, x, z = 0, 0, 0, 0
   if old then
-    local a, b, d = string.match(old, '^(%S+) (%S+) (%S+)$')
-    e, c, x = tonumber(a), tonumber(b), tonumber(d)
+    local a, b, d, f = string.match(old, '^(%S+) (%S+) (%S+) (%S+)$')
+    e, c, x, z = tonumber(a), tonumber(b), tonumber(d), tonumber(f)
   end
   local changed = true
   if old == false or epoch > e then
@@ -52,13 +54,17 @@ for i = 7, #ARGV, 4 do
   else
     changed = false -- an earlier contest's
   end
+  if reset > z then
+    z, changed = reset, true
+    x = math.max(x, expiry)
+  end
   if changed then
-    redis.call('HSET', KEYS[2], member, string.format('%d %d %d', e, c, x))
+    redis.call('HSET', KEYS[2], member, string.format('%d %d %d %d', e, c, x, z))
     stamp = math.max(now, stamp + 1)
     redis.call('ZADD', KEYS[3], stamp, member)
     redis.call('ZADD', KEYS[4], x, member)
-    if call > 0 and channel ~= '' then
-      redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d', member, e, c, x))
+    if (call > 0 or reset > 0) and channel ~= '' then
+      redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d\n%d', member, e, c, x, z))
     end
   end
 end
@@ -86,12 +92,13 @@ if #changes > 0 then
   for i = 1, #changes, 2 do members[#members + 1] = changes[i] end
   local vals = redis.call('HMGET', KEYS[2], unpack(members))
   for j, member in ipairs(members) do
-    local a, b, d = string.match(vals[j] or '', '^(%S+) (%S+) (%S+)$')
+    local a, b, d, f = string.match(vals[j] or '', '^(%S+) (%S+) (%S+) (%S+)$')
     out[4] = tonumber(changes[2 * j])
     out[#out + 1] = member
     out[#out + 1] = tonumber(a) or 0
     out[#out + 1] = tonumber(b) or 0
     out[#out + 1] = tonumber(d) or 0
+    out[#out + 1] = tonumber(f) or 0
   end
 end
 -- The fleet lives while nodes beat; the registry while an entry is alive.

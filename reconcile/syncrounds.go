@@ -12,7 +12,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/remote"
 )
 
-// Sync mode's rounds: the spend a node made while degraded (and keeps in
+// Sync's rounds: the spend a node made while degraded (and keeps in
 // memory) reported to Redis's exact state, counted at the time it was made.
 // Which keys a round reports, in what order, and what it does with the
 // answers.
@@ -31,12 +31,6 @@ type pick struct {
 	prio int
 }
 
-// keyLim identifies a key's state: its lease, whatever the window.
-type keyLim struct {
-	key string
-	lim limit.Limit
-}
-
 // lease is a share of a key Redis granted this node, until end (Unix ns, on
 // Redis's clock); span is how long it was granted for.
 type lease struct {
@@ -49,11 +43,11 @@ type lease struct {
 // past its threshold, or with spend of evicted keys, most pressing first, at
 // most MaxReports. It returns how many due counters wait for a later round.
 // r.mu is held.
-func (r *Reconciler) build(rnow int64, flush bool) (deferred int) {
+func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 	picks := r.picks[:0]
 	for _, c := range r.counters.m {
 		unsent := c.total - c.acked
-		if c.faulted && r.rounds < c.retryAt && !flush {
+		if c.faulted && r.n < c.retryAt && !flush {
 			continue
 		}
 		prio := -1
@@ -62,7 +56,7 @@ func (r *Reconciler) build(rnow int64, flush bool) (deferred int) {
 			if unsent > 0 {
 				prio = prioSpend
 			}
-		case c.pressure && r.rounds >= c.nextPressure:
+		case c.pressure && r.n >= c.nextPressure:
 			prio = prioPressure
 		case c.renew:
 			prio = prioRenew
@@ -122,7 +116,7 @@ func restore(sent []sentReport) {
 // renewals marks the leases due for renewal whose keys are still in use: a
 // lease past half its span, on a key the node spent on or was asked for
 // since its last report. Unused leases are left to lapse. r.mu is held.
-func (r *Reconciler) renewals(rnow int64) {
+func (r *Sync) renewals(rnow int64) {
 	now := r.deps.Clock.Now()
 	for kl, l := range r.leases {
 		if l.end-rnow > l.span/2 {
@@ -146,7 +140,7 @@ func (r *Reconciler) renewals(rnow int64) {
 // default share. A lease ends a margin early on this node's clock (an
 // interval and the clock's uncertainty), so the node never uses a share
 // Redis may already have given to another.
-func (r *Reconciler) expireLeases() {
+func (r *Sync) expireLeases() {
 	_, rnow := r.now()
 	_, unc, _ := r.deps.Offset.Estimate()
 	margin := int64(r.cfg.Interval)*11/10 + int64(unc)
@@ -165,7 +159,7 @@ func (r *Reconciler) expireLeases() {
 // apply acknowledges what each answered report carried, records the lease
 // granted, notes lost state and refused keys, and seeds each key with the
 // global state in its new share.
-func (r *Reconciler) apply(reports []remote.Report, sent []sentReport, answers []remote.Answer, rnow int64) {
+func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remote.Answer, rnow int64) {
 	type seed struct {
 		key     string
 		lim     limit.Limit
@@ -190,7 +184,7 @@ func (r *Reconciler) apply(reports []remote.Report, sent []sentReport, answers [
 					r.named1(c.key, "reconcile: redis refuses this key: deciding it under the fallback until it is fixed",
 						"key", c.key, "limit", c.lim.String(), "err", a.Err)
 				}
-				c.retryAt = r.rounds + faultRetryRounds
+				c.retryAt = r.n + faultRetryRounds
 			}
 			continue // kept: the next report sends the same totals again
 		}
@@ -212,7 +206,7 @@ func (r *Reconciler) apply(reports []remote.Report, sent []sentReport, answers [
 			} else {
 				c.backoff = 0
 			}
-			c.nextPressure = r.rounds + 1<<c.backoff
+			c.nextPressure = r.n + 1<<c.backoff
 		}
 		kl := keyLim{c.key, c.lim}
 		l := r.leases[kl]
@@ -254,7 +248,7 @@ func (r *Reconciler) apply(reports []remote.Report, sent []sentReport, answers [
 }
 
 // named1 logs msg once per key, for up to maxNamedKeys keys. r.mu is held.
-func (r *Reconciler) named1(key, msg string, args ...any) {
+func (r *Sync) named1(key, msg string, args ...any) {
 	if _, ok := r.named[key]; ok || len(r.named) >= maxNamedKeys {
 		return
 	}
@@ -266,7 +260,7 @@ func (r *Reconciler) named1(key, msg string, args ...any) {
 // demand waiting, idle for half the active window, and no lease on the key.
 // Redis keeps a node's totals for 60 active windows, so it still holds them
 // for any counter the node still has. r.mu is held.
-func (r *Reconciler) forget(now time.Time, rnow int64) {
+func (r *Sync) forget(now time.Time, rnow int64) {
 	idle := r.cfg.ActiveWindow / 2
 	for k, c := range r.counters.m {
 		if c.total != c.acked || c.hits != 0 || c.faulted || c.uncertainSeq != 0 || now.Sub(c.last) <= idle {
@@ -288,16 +282,14 @@ func absDiff(a, b int64) int64 {
 
 // spendRound runs one round of Sync mode: takes the engine's due spend,
 // reports the keys that need it, and seeds them with the answers.
-func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
-	if err := r.roundMu.lock(ctx); err != nil {
+func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
+	if err := r.lock.lock(ctx); err != nil {
 		return RoundInfo{Err: err}, err // a round in flight outlasted ctx
 	}
-	defer r.roundMu.unlock()
+	defer r.lock.unlock()
 	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.
-		r.stats.rounds.Add(1)
-		r.stats.errors.Add(1)
 		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
 	}
 	start, rnow := r.now()
@@ -313,7 +305,7 @@ func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, err
 	}
 
 	r.mu.Lock()
-	r.rounds++
+	r.n++
 	lost := int64(0)
 	for _, s := range r.taken {
 		lost += r.counters.add(s, start)
@@ -346,23 +338,20 @@ func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, err
 	}
 	end := r.deps.Clock.Now()
 	info.Duration = end.Sub(start)
-	r.stats.lastDuration.Store(int64(info.Duration))
-	r.stats.rounds.Add(1)
 	r.mu.Lock()
 	r.stats.pending.Store(int64(r.counters.unacked()))
 	r.mu.Unlock()
 	if err != nil {
-		r.stats.errors.Add(1)
 		info.Err = err
 		return info, err
 	}
-	info.Nodes = int(r.stats.nodes.Load())
+	info.Nodes = r.deps.Engine.Fleet()
 	now := r.deps.Offset.Map(end)
 	r.mu.Lock()
 	r.forget(end, now)
 	r.counters.shrink(&r.peak)
 	r.stats.pending.Store(int64(r.counters.unacked()))
-	rounds := r.rounds
+	rounds := r.n
 	r.mu.Unlock()
 	if rounds%sweepEvery == 0 {
 		e.Sweep(now, sweepPerShard)
@@ -372,11 +361,11 @@ func (r *Reconciler) spendRound(ctx context.Context, flush bool) (RoundInfo, err
 
 // sendBatch sends reports[from:to] in one call through the breaker, and
 // applies the answers.
-func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
+func (r *Sync) sendBatch(ctx context.Context, from, to int) error {
 	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
 	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
 	callSent := r.deps.Clock.Now()
-	_, err := breaker.Call(ctx, r.deps.Breaker, r.batchTimeout(ctx), func(ctx context.Context) (struct{}, error) {
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.timeout(ctx, r.cfg.BatchTimeout), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
 	})
 	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
@@ -392,7 +381,6 @@ func (r *Reconciler) sendBatch(ctx context.Context, from, to int) error {
 	received := r.deps.Clock.Now()
 	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
 	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
-	r.stats.nodes.Store(int64(round.Nodes))
 	r.stats.keys.Add(uint64(len(reports)))
 	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
 	return nil

@@ -60,14 +60,14 @@ type fixture struct {
 	engine *local.Engine
 	store  *remote.Store
 	b      *breaker.Breaker
-	r      *Reconciler
+	r      *Sync
 	logs   *bytes.Buffer
 }
 
-func newFixture(t *testing.T, cfg Config, opts ...remote.Options) *fixture {
+func newFixture(t *testing.T, cfg SyncConfig, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
-	e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: !cfg.Shares})
+	e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: true})
 	require.NoError(t, err)
 	o := remote.Options{Node: "me"}
 	if len(opts) > 0 {
@@ -79,7 +79,7 @@ func newFixture(t *testing.T, cfg Config, opts ...remote.Options) *fixture {
 	b := breaker.New(breaker.Settings{Timeout: time.Second, OpenFor: 50 * time.Millisecond})
 	logs := &bytes.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	r, err := New(cfg, Deps{Engine: e, Store: s, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
+	r, err := NewSync(cfg, Deps{Engine: e, Store: s, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
 	require.NoError(t, err)
 	return &fixture{srv: srv, engine: e, store: s, b: b, r: r, logs: logs}
 }
@@ -91,7 +91,7 @@ func (f *fixture) allow(t *testing.T, key string, lim limit.Limit, n int64) bool
 }
 
 func TestRoundReportsAndSeeds(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, SyncConfig{})
 	lim := limit.Per(100, time.Hour) // alone: the whole limit, due at 50
 	require.True(t, f.allow(t, "k", lim, 60))
 	require.NoError(t, f.r.Round(bg))
@@ -125,7 +125,7 @@ func TestRoundReportsAndSeeds(t *testing.T) {
 // are decided in memory and not reported, round after round; a final flush
 // reports them.
 func TestColdKeysCostRedisNothing(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, SyncConfig{})
 	warmUp(t, f)
 	hook := &batchHook{}
 	f.store.Client().AddHook(hook)
@@ -150,7 +150,7 @@ func TestColdKeysCostRedisNothing(t *testing.T) {
 // TestPressureReportsBackOff: a key denied round after round on one node,
 // with nothing to change, is reported ever more rarely.
 func TestPressureReportsBackOff(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, SyncConfig{})
 	lim := limit.Per(10, time.Hour)
 	reports := 0
 	for range 64 {
@@ -165,7 +165,7 @@ func TestPressureReportsBackOff(t *testing.T) {
 }
 
 func TestFailedRoundKeepsSpend(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, SyncConfig{})
 	lim := limit.Per(100, time.Hour)
 	require.True(t, f.allow(t, "k", lim, 60))
 	f.srv.Kill()
@@ -182,7 +182,7 @@ func TestFailedRoundKeepsSpend(t *testing.T) {
 }
 
 func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
-	f := newFixture(t, Config{MaxPending: 2})
+	f := newFixture(t, SyncConfig{MaxPending: 2})
 	lim := limit.Per(100, time.Hour)
 	f.srv.Kill()
 	for _, k := range []string{"a", "b", "c"} {
@@ -198,7 +198,7 @@ func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
 // prefix is named once in the log, counted, marked so that decisions on it
 // use the fallback, and its spend is kept until Redis accepts the key again.
 func TestRefusedKeyIsDecidedUnderTheFallback(t *testing.T) {
-	f := newFixture(t, Config{})
+	f := newFixture(t, SyncConfig{})
 	lim := limit.Per(100, time.Hour)
 	theirs := "rl:tb:{theirs}:100/1h0m0s/100"
 	_, err := f.srv.Do("SET", theirs, "someone else's")
@@ -234,7 +234,7 @@ func TestRefusedKeyIsDecidedUnderTheFallback(t *testing.T) {
 // TestLeaseLapsesToTheDefaultShare: a share Redis granted is used only while
 // its lease holds; an idle key goes back to one over the fleet.
 func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
-	f := newFixture(t, Config{FleetSize: 4, Interval: 10 * time.Millisecond},
+	f := newFixture(t, SyncConfig{FleetSize: 4, Interval: 10 * time.Millisecond},
 		remote.Options{Lease: 400 * time.Millisecond, ShortLease: 100 * time.Millisecond})
 	lim := limit.Per(100, time.Hour)
 	assert.Equal(t, local.ShareAmong(4), f.engine.DefaultShare())
@@ -262,8 +262,8 @@ func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
 
 func TestRunStopsWithItsContext(t *testing.T) {
 	var rounds []RoundInfo
-	f := newFixture(t, Config{Interval: 5 * time.Millisecond})
-	f.r.cfg.OnRound = func(i RoundInfo) { rounds = append(rounds, i) }
+	f := newFixture(t, SyncConfig{Interval: 5 * time.Millisecond})
+	f.r.onRound = func(i RoundInfo) { rounds = append(rounds, i) }
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan struct{})
 	go func() { f.r.Run(ctx); close(done) }()
@@ -275,7 +275,7 @@ func TestRunStopsWithItsContext(t *testing.T) {
 }
 
 func TestJitterStaysInBounds(t *testing.T) {
-	f := newFixture(t, Config{Interval: 100 * time.Millisecond, Jitter: 0.2})
+	f := newFixture(t, SyncConfig{Interval: 100 * time.Millisecond, Jitter: 0.2})
 	for range 1000 {
 		d := f.r.next()
 		assert.GreaterOrEqual(t, d, 80*time.Millisecond)
@@ -284,10 +284,10 @@ func TestJitterStaysInBounds(t *testing.T) {
 }
 
 func TestNewChecksItsInputs(t *testing.T) {
-	_, err := New(Config{}, Deps{})
+	_, err := NewSync(SyncConfig{}, Deps{})
 	assert.Error(t, err)
-	f := newFixture(t, Config{})
-	_, err = New(Config{Interval: -1}, f.r.deps)
+	f := newFixture(t, SyncConfig{})
+	_, err = NewSync(SyncConfig{Interval: -1}, f.r.deps)
 	assert.Error(t, err)
 	assert.Equal(t, DefaultInterval, f.r.Interval())
 }
@@ -361,7 +361,7 @@ func spendOnKeys(t *testing.T, f *fixture, n int, lim limit.Limit) []string {
 // its own call: no single call grows with the round, so a node with a
 // large backlog (after an outage) never has a call that must time out.
 func TestRoundSendsInBatches(t *testing.T) {
-	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 10000})
+	f := newFixture(t, SyncConfig{BatchSize: 1000, MaxReports: 10000})
 	warmUp(t, f)
 	hook := &batchHook{}
 	f.store.Client().AddHook(hook)
@@ -383,7 +383,7 @@ func TestRoundSendsInBatches(t *testing.T) {
 // acknowledged, the rest (and the failed one) wait for the next round, and
 // nothing is counted twice even though the failed batch reached Redis late.
 func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
-	f := newFixture(t, Config{BatchSize: 1000, BatchTimeout: 500 * time.Millisecond})
+	f := newFixture(t, SyncConfig{BatchSize: 1000, BatchTimeout: 500 * time.Millisecond})
 	warmUp(t, f)
 	hook := &batchHook{after: 1, then: f.srv.Pause}
 	f.store.Client().AddHook(hook)
@@ -408,7 +408,7 @@ func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
 // A key under pressure is reported in the first round, however many keys
 // are due with it: a flood of keys cannot delay it.
 func TestPressureGoesFirst(t *testing.T) {
-	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 1000})
+	f := newFixture(t, SyncConfig{BatchSize: 1000, MaxReports: 1000})
 	warmUp(t, f)
 	spendOnKeys(t, f, 5000, due)
 	hot := limit.Per(10, time.Hour)

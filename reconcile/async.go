@@ -1,0 +1,437 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/breaker"
+	"github.com/hybridlimit/hybridlimit/clock"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+// AsyncStore is the store's side of Async mode: the share protocol's ops
+// and heartbeat, the calls published between heartbeats, and the ledger.
+// remote.Store is one.
+type AsyncStore interface {
+	ShareOps(ctx context.Context, set share.Settings, ops []share.Op, replies []share.Reply) error
+	ShareBeat(ctx context.Context, b *share.Beat, r *share.BeatReply) error
+	SubscribeCalls(ctx context.Context, heard func(share.Contest)) (stop func())
+	AddToLedgers(ctx context.Context, entries []remote.LedgerEntry, errs []error) error
+}
+
+// AsyncConfig configures an Async. Zero fields mean their defaults.
+type AsyncConfig struct {
+	// Interval, AskWait, Lease, ActiveWindow and FleetSize are the share
+	// protocol's (SharesConfig).
+	Interval, AskWait, Lease, ActiveWindow time.Duration
+	FleetSize                              int
+	// Jitter spreads heartbeats by up to ±Jitter of the interval. Zero
+	// means 0.1; negative means none.
+	Jitter float64
+	// CallTimeout bounds each call to Redis. Zero means the breaker's
+	// timeout.
+	CallTimeout time.Duration
+	// BatchSize is the most ops one call carries. Zero means 2,000.
+	BatchSize int
+	// Ledger keeps every key's ledger in Redis: what the fleet admitted on
+	// it (remote.Store.AsyncLedger), sent every few rounds and at Flush.
+	Ledger bool
+	// MaxPending bounds the keys the ledger keeps counts for while Redis
+	// has not acknowledged them. Zero means 1,048,576.
+	MaxPending int
+	// Logger receives what changes decisions. Nil means slog.Default().
+	Logger *slog.Logger
+	// OnRound, if set, is called after every heartbeat round.
+	OnRound func(RoundInfo)
+}
+
+// AsyncDeps are the parts an Async works with, shared with the limiter.
+type AsyncDeps struct {
+	Engine  *local.Engine
+	Store   AsyncStore
+	Breaker *breaker.Breaker
+	Clock   clock.Clock
+	Offset  *clock.Offset
+}
+
+// Async reconciles an Async-mode node: it runs the share protocol (Shares)
+// against the store, a heartbeat every interval and each op as soon as it
+// is ready, and keeps the ledger. No decision waits on it, except a
+// request the node's share cannot admit, which may wait for the fleet up to
+// AskWait (Ask).
+type Async struct {
+	rounds
+	cfg  AsyncConfig
+	deps AsyncDeps
+	log  *slog.Logger
+	sh   *Shares
+
+	wakeOps, wakeBeat, wakeTick chan struct{}
+	sending                     sync.Mutex // one call of ops at a time
+
+	ledger *ledger
+
+	stats struct {
+		sent, lost atomic.Uint64
+	}
+}
+
+// NewAsync returns an Async of deps. The engine must run in Asks mode
+// (local.Config.Asks).
+func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
+	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
+		return nil, errors.New("reconcile: every dependency is required")
+	}
+	if cfg.Interval < 0 || cfg.Lease < 0 || cfg.ActiveWindow < 0 || cfg.FleetSize < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("reconcile: negative interval %v, lease %v, active window %v, fleet size %d, batch size %d, max pending %d or call timeout %v",
+			cfg.Interval, cfg.Lease, cfg.ActiveWindow, cfg.FleetSize, cfg.BatchSize, cfg.MaxPending, cfg.CallTimeout)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Async{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
+		wakeOps: make(chan struct{}, 1), wakeBeat: make(chan struct{}, 1), wakeTick: make(chan struct{}, 1),
+		ledger: newLedger(cfg.MaxPending)}
+	a.sh = NewShares(SharesConfig{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
+		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger}, deps.Engine)
+	a.sh.SetWake(func(w Wake) {
+		if w == WakeBeat {
+			signal(a.wakeBeat)
+		} else {
+			signal(a.wakeOps)
+		}
+	})
+	return a, nil
+}
+
+// signal wakes whoever waits on c, without blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Shares returns the protocol the node runs.
+func (a *Async) Shares() *Shares { return a.sh }
+
+// Interval returns the time between heartbeats.
+func (a *Async) Interval() time.Duration { return a.cfg.Interval }
+
+// now is the time on Redis's clock (Unix ns), as this node maps it.
+func (a *Async) now() int64 { return a.deps.Offset.Map(a.deps.Clock.Now()) }
+
+// Start beats the node's first heartbeat, bounded by ctx alone: the fleet
+// learns of the node, and the node learns the fleet, the contested keys and
+// Redis's clock before it decides anything.
+func (a *Async) Start(ctx context.Context) error {
+	a.starting.Store(true)
+	defer a.starting.Store(false)
+	for {
+		info, err := a.beat(ctx)
+		a.done(info)
+		if err != nil || !a.sh.More() {
+			return err
+		}
+	}
+}
+
+// Run runs the protocol until ctx is done: heartbeats every interval (and
+// at once when a call must reach the registry), ops as soon as they are
+// ready, the protocol's timers, and the calls other nodes publish.
+func (a *Async) Run(ctx context.Context) {
+	stop := a.deps.Store.SubscribeCalls(ctx, func(c share.Contest) { a.sh.Heard(c, a.now()) })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a.sendLoop(ctx) }()
+	go func() { defer wg.Done(); a.tickLoop(ctx) }()
+	defer wg.Wait()
+	n := 0
+	timer := time.NewTimer(a.next())
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.wakeBeat:
+		case <-timer.C:
+			timer.Reset(a.next())
+			n++
+			if a.cfg.Ledger && n%sweepEvery == 0 {
+				a.sendLedger(ctx, false)
+			}
+			if n%sweepEvery == 0 {
+				a.deps.Engine.Sweep(a.now(), sweepPerShard)
+			}
+		}
+		signal(a.wakeTick)
+		for {
+			info, err := a.beat(ctx)
+			a.done(info)
+			if err != nil || !a.sh.More() || ctx.Err() != nil {
+				break
+			}
+		}
+		signal(a.wakeOps)
+	}
+}
+
+// Round runs one round now: the protocol's timers, a heartbeat, and the ops
+// ready. It returns why the heartbeat or the ops failed, if they did.
+func (a *Async) Round(ctx context.Context) error {
+	a.sh.Tick(a.now())
+	info, err := a.beat(ctx)
+	a.done(info)
+	if err != nil {
+		return err
+	}
+	return a.send(ctx)
+}
+
+// beat sends one heartbeat.
+func (a *Async) beat(ctx context.Context) (RoundInfo, error) {
+	b := a.sh.NextBeat(a.now())
+	if b == nil {
+		return RoundInfo{}, nil // one in flight
+	}
+	sent := a.deps.Clock.Now()
+	r := new(share.BeatReply) // the call's own: one abandoned at its timeout may still write it
+	_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, a.deps.Store.ShareBeat(ctx, b, r)
+	})
+	received := a.deps.Clock.Now()
+	info := RoundInfo{Duration: received.Sub(sent), Err: err}
+	if err != nil {
+		a.sh.BeatDone(b, nil, err, a.now())
+		return info, err
+	}
+	a.deps.Offset.Observe(sent, time.Unix(0, share.Nanos(r.Now)), received)
+	a.sh.BeatDone(b, r, nil, a.now())
+	info.Nodes, info.Keys = r.Nodes, len(b.Contests)
+	return info, nil
+}
+
+// sendLoop sends the ops ready whenever woken.
+func (a *Async) sendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.wakeOps:
+			a.send(ctx)
+		}
+	}
+}
+
+// send sends every op ready, in calls of at most BatchSize, until none is
+// left or a call fails (the failed ops are sent again when next woken).
+func (a *Async) send(ctx context.Context) error {
+	a.sending.Lock()
+	defer a.sending.Unlock()
+	set := a.sh.Settings()
+	for {
+		ops := a.sh.NextOps(a.now(), a.cfg.BatchSize)
+		if len(ops) == 0 {
+			return nil
+		}
+		replies := make([]share.Reply, len(ops)) // the call's own, as the beat's reply
+		_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.deps.Store.ShareOps(ctx, set, ops, replies)
+		})
+		if err != nil && remote.IsKeyFault(err) {
+			err = nil // every op's key refused: each reply says so
+		}
+		unreachable := errors.Is(err, breaker.ErrOpen) || a.deps.Breaker.State() == breaker.Open
+		if err != nil {
+			replies = nil
+		}
+		a.sh.OpsDone(ops, replies, err, unreachable, a.now())
+		if err != nil {
+			return err
+		}
+		a.stats.sent.Add(uint64(len(ops)))
+		signal(a.wakeTick)
+	}
+}
+
+// tickLoop runs the protocol's timers: at the time Tick asks for, at least
+// every interval, and whenever woken.
+func (a *Async) tickLoop(ctx context.Context) {
+	timer := time.NewTimer(a.cfg.Interval)
+	defer timer.Stop()
+	for {
+		now := a.now()
+		next := a.sh.Tick(now)
+		signal(a.wakeOps)
+		d := min(max(time.Duration(next-now), 100*time.Microsecond), a.cfg.Interval)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-a.wakeTick:
+		}
+	}
+}
+
+// Answer is what became of a request the node's share could not admit.
+type Answer struct {
+	// Verdict is the protocol's: Retry (decide again: the share changed),
+	// Refuse (no room in the fleet until Until), Expired (no room within
+	// AskWait), Unreachable (decide under the fallback), Admitted (the
+	// store admitted it from the fleet's pool, at Until).
+	Verdict Verdict
+	Until   int64 // Unix ns on Redis's clock
+}
+
+// Ask waits for the fleet to make room for a request of weight n on (key,
+// lim) that the node's share could not admit at now (ns; local.ErrShort),
+// first made at asked (ns), until deadline (ns, Redis's clock) or ctx's
+// end. It never waits while the breaker is open (Unreachable).
+func (a *Async) Ask(ctx context.Context, now, asked int64, key string, lim limit.Limit, n, deadline int64) Answer {
+	if a.deps.Breaker.State() == breaker.Open {
+		return Answer{Verdict: Unreachable}
+	}
+	w, refuse, until := a.sh.Short(now, asked, key, lim, n, deadline, nil)
+	if refuse {
+		return Answer{Verdict: Refuse, Until: until}
+	}
+	timer := time.NewTimer(max(time.Duration(deadline-now), 0) + time.Millisecond)
+	defer timer.Stop()
+	select {
+	case <-w.Done():
+	case <-ctx.Done():
+		a.sh.Abandon(key, lim, w)
+	case <-timer.C:
+		a.sh.Abandon(key, lim, w)
+	}
+	v, at := w.Verdict()
+	if v == Admitted && a.cfg.Ledger {
+		a.ledger.add(key, lim, n, a.deps.Clock.Now())
+	}
+	return Answer{Verdict: v, Until: at}
+}
+
+// AskWait returns how long a request may wait for the fleet (negative:
+// never).
+func (a *Async) AskWait() time.Duration { return a.sh.Config().AskWait }
+
+// Flush gives back every grant this node holds, sends the ledger whole,
+// and leaves the fleet: the others divide by one node fewer at once. It
+// returns nil when everything reached Redis, else why not. It returns by
+// ctx's deadline.
+func (a *Async) Flush(ctx context.Context) error {
+	a.sh.Leave()
+	err := a.retry(ctx, func() error {
+		if err := a.send(ctx); err != nil {
+			return err
+		}
+		if h := a.sh.Holding(); h > 0 {
+			return fmt.Errorf("%d keys still hold a share", h)
+		}
+		if a.cfg.Ledger {
+			return a.sendLedger(ctx, true)
+		}
+		return nil
+	}, func() time.Duration { return a.deps.Breaker.ProbeIn(time.Now()) },
+		func(err error) bool { _, bounded := ctx.Deadline(); return !bounded && errors.Is(err, breaker.ErrOpen) })
+	if err == nil {
+		_, err = breaker.Call(ctx, a.deps.Breaker, a.cfg.CallTimeout, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.deps.Store.ShareBeat(ctx, &share.Beat{Leave: true}, new(share.BeatReply))
+		})
+		if err != nil {
+			err = fmt.Errorf("leaving the fleet: %w", err)
+		}
+	}
+	if err != nil {
+		keys, weight := a.ledger.unacked()
+		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) of the ledger not reported: %w", keys, weight, err)
+	}
+	return nil
+}
+
+// sendLedger takes the engine's spend into the ledger and sends what Redis
+// has not acknowledged: every key when flushing, else a batch.
+func (a *Async) sendLedger(ctx context.Context, flush bool) error {
+	now := a.deps.Clock.Now()
+	taken := a.deps.Engine.TakeSpend(nil)
+	lost := a.ledger.take(taken, now)
+	if d := a.deps.Engine.Dropped(); d > a.ledger.dropped {
+		lost += int64(d - a.ledger.dropped)
+		a.ledger.dropped = d
+	}
+	if lost > 0 {
+		a.stats.lost.Add(uint64(lost))
+		a.log.Warn("reconcile: ledger weight lost: too many keys to keep a count of", "weight", lost,
+			"lost_total", a.stats.lost.Load(), "max_pending", a.cfg.MaxPending)
+	}
+	for {
+		entries := a.ledger.entries(a.cfg.BatchSize)
+		if len(entries) == 0 {
+			return nil
+		}
+		errs := make([]error, len(entries))
+		_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.deps.Store.AddToLedgers(ctx, entries, errs)
+		})
+		if err != nil {
+			a.ledger.unsent(entries)
+			return err
+		}
+		if fault := a.ledger.acked(entries, errs); fault != nil {
+			return fault // a key Redis refuses: kept, and tried again later
+		}
+		if !flush {
+			return nil
+		}
+	}
+}
+
+// Unreported returns how many keys hold ledger weight Redis has not
+// acknowledged (with Ledger: the engine's spend not yet taken too), or a
+// grant not yet given back.
+func (a *Async) Unreported() int {
+	keys, _ := a.ledger.unacked()
+	if a.cfg.Ledger {
+		keys += a.deps.Engine.Untaken()
+	}
+	return keys + a.sh.Holding()
+}
+
+// Stats returns the reconciler's counters.
+func (a *Async) Stats() Stats {
+	sh := a.sh.Stats()
+	keys, _ := a.ledger.unacked()
+	return Stats{Rounds: a.count.Load(), RoundErrors: a.errors.Load(), KeysSent: a.stats.sent.Load(),
+		LostSpend: a.stats.lost.Load(), StateLost: sh.Lost, KeyFaults: sh.Faults, Leases: sh.Contested,
+		Pending: keys, Nodes: sh.Nodes, LastRound: time.Duration(a.last.Load()), Shares: sh}
+}
+
+// Reset starts (key, lim) afresh on this node and, through the registry,
+// on every other: Redis's state of it was reset at at (Unix ns;
+// remote.Store.ResetShares).
+func (a *Async) Reset(key string, lim limit.Limit, at int64) { a.sh.Reset(a.now(), key, lim, at) }

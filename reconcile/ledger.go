@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
+)
+
+// ledger is what this node admitted on each key, in running totals Redis
+// applies idempotently (remote.Store.AddToLedgers): a total sent twice, its
+// answer lost the first time, counts once. It is bounded: beyond max keys,
+// the weight of a new key is dropped, counted and logged, never silently.
+type ledger struct {
+	mu      sync.Mutex
+	m       map[keyLim]*tally
+	max     int
+	epoch   int64  // the last epoch handed out
+	dropped uint64 // the engine's dropped spend last seen
+}
+
+// tally is one key's running total.
+type tally struct {
+	epoch, total, acked int64
+	last                time.Time
+	inflight            bool
+}
+
+func newLedger(max int) *ledger {
+	return &ledger{m: make(map[keyLim]*tally), max: max}
+}
+
+// get returns kl's tally, making it if there is room. l.mu is held.
+func (l *ledger) get(kl keyLim, now time.Time) *tally {
+	if t, ok := l.m[kl]; ok {
+		return t
+	}
+	if len(l.m) >= l.max {
+		return nil
+	}
+	// Epochs grow across keys and across restarts of the node: Redis keeps
+	// a node's two latest per key.
+	l.epoch = max(l.epoch+1, now.UnixMicro())
+	t := &tally{epoch: l.epoch, last: now}
+	l.m[kl] = t
+	return t
+}
+
+// add counts weight n admitted on (key, lim) and returns what it dropped.
+func (l *ledger) add(key string, lim limit.Limit, n int64, now time.Time) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.get(keyLim{key, lim}, now)
+	if t == nil {
+		return n
+	}
+	t.total += n
+	t.last = now
+	return 0
+}
+
+// take counts the spend the engine gave up, and returns the weight dropped.
+func (l *ledger) take(spend []local.Spend, now time.Time) (lost int64) {
+	for _, s := range spend {
+		if s.Spent > 0 {
+			lost += l.add(s.Key, s.Limit, s.Spent, now)
+		}
+	}
+	return lost
+}
+
+// entries returns up to most tallies Redis has not acknowledged (zero: all),
+// marked in flight.
+func (l *ledger) entries(most int) []remote.LedgerEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []remote.LedgerEntry
+	for kl, t := range l.m {
+		if t.total <= t.acked || t.inflight {
+			continue
+		}
+		if most > 0 && len(out) >= most {
+			break
+		}
+		t.inflight = true
+		out = append(out, remote.LedgerEntry{Key: kl.key, Limit: kl.lim, Epoch: t.epoch, Total: t.total, Acked: t.acked})
+	}
+	return out
+}
+
+// acked records what Redis applied of entries (errs: each one's fault),
+// forgets tallies wholly acknowledged, and returns the first fault.
+func (l *ledger) acked(entries []remote.LedgerEntry, errs []error) (fault error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, e := range entries {
+		if errs[i] != nil && fault == nil {
+			fault = errs[i]
+		}
+		t := l.m[keyLim{e.Key, e.Limit}]
+		if t == nil || t.epoch != e.Epoch {
+			continue
+		}
+		t.inflight = false
+		if errs[i] == nil {
+			t.acked = max(t.acked, e.Total)
+		}
+		if t.acked >= t.total && errs[i] == nil {
+			delete(l.m, keyLim{e.Key, e.Limit}) // a new tally starts a new epoch: Redis keeps this one's total
+		}
+	}
+	return fault
+}
+
+// unsent marks entries sent in a call that failed: sent again later.
+func (l *ledger) unsent(entries []remote.LedgerEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range entries {
+		if t := l.m[keyLim{e.Key, e.Limit}]; t != nil && t.epoch == e.Epoch {
+			t.inflight = false
+		}
+	}
+}
+
+// unacked returns the keys and weight Redis has not acknowledged.
+func (l *ledger) unacked() (keys int, weight int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range l.m {
+		if t.total > t.acked {
+			keys++
+			weight += t.total - t.acked
+		}
+	}
+	return keys, weight
+}
