@@ -136,7 +136,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{LedgerTTL: -1}, []string{"hybrid: LedgerTTL is negative (-1ns)"}},
 		{Config{RedisTimeout: -1}, []string{"hybrid: RedisTimeout is negative"}},
 		{Config{BreakerOpenFor: -1}, []string{"hybrid: BreakerOpenFor is negative"}},
-				{Config{StartupTimeout: -1}, []string{"hybrid: StartupTimeout is negative"}},
+		{Config{StartupTimeout: -1}, []string{"hybrid: StartupTimeout is negative"}},
 		{Config{ActiveWindow: time.Microsecond}, []string{"hybrid: ActiveWindow 1µs is below 1ms"}},
 		{Config{Lease: time.Microsecond}, []string{"hybrid: Lease 1µs is below 1ms"}},
 		{Config{Lease: time.Second, ShortLease: 2 * time.Second}, []string{"hybrid: ShortLease 2s is longer than Lease 1s"}},
