@@ -186,15 +186,6 @@ func HybridAsync(interval time.Duration) Contender {
 	}
 }
 
-// Skips are the contenders of the issue that could not be built here.
-func Skips() []Skipped {
-	return []Skipped{{
-		Name:   "Gubernator GLOBAL",
-		Module: "github.com/gubernator-io/gubernator/v2, github.com/mailgun/gubernator/v2",
-		Reason: "not buildable here: the Go module proxy (proxy.golang.org) answers 403 Forbidden \"This module version is not available\" for every version of both module paths (and of the v1 paths), and GOPROXY=direct fails (github.com does not resolve from this machine), so its source cannot be fetched; no adapter was written against an API that could not be compiled",
-	}}
-}
-
 // mod returns path@version of a module linked into this binary.
 func mod(path string) string {
 	bi, ok := debug.ReadBuildInfo()

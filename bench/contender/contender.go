@@ -100,10 +100,3 @@ type Contender struct {
 	// in memory and reconciles (our Async); zero for the others.
 	Interval time.Duration
 }
-
-// Skipped is a contender that could not be built here, and why.
-type Skipped struct {
-	Name   string
-	Module string
-	Reason string
-}

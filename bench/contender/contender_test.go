@@ -108,11 +108,3 @@ func TestNodesShareTheLimit(t *testing.T) {
 		})
 	}
 }
-
-func TestSkipsSayWhy(t *testing.T) {
-	for _, s := range Skips() {
-		if s.Name == "" || s.Reason == "" {
-			t.Errorf("skipped contender without a name or a reason: %+v", s)
-		}
-	}
-}

@@ -8,8 +8,12 @@
 // latency percentiles under parallel load, Redis commands per decision, and
 // admitted/limit with 4 nodes offered twice the limit; then, for every
 // contender that keeps its state in Redis, Redis CPU and commands per
-// decision under many keys drawn from a Zipf distribution (-keys, -zipf). It prints a Markdown
-// report, writes it to -out, and draws -plot.
+// decision under many keys drawn from a Zipf distribution (-keys, -zipf);
+// then three traffic shapes (a sticky burst, a burst on every node at once,
+// an abusive client spread over the nodes) sent to our Async and Sync
+// fleets and to a Gubernator cluster in its default and GLOBAL behaviours
+// (-shapes-only runs them alone). It prints a Markdown report, writes it to
+// -out, and draws -plot.
 package main
 
 import (
@@ -47,6 +51,7 @@ type options struct {
 	benchKeys  int
 	many       keysOptions
 	keysOnly   bool
+	shapes     shapesOptions
 	only       *regexp.Regexp
 	out, plot  string
 }
@@ -75,6 +80,13 @@ func main() {
 	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
 	flag.IntVar(&o.many.workers, "keys-workers", 64, "workers sending each node its requests in the many-keys workload, at most that many waiting on Redis at once (0: 1024, an open load)")
 	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
+	flag.BoolVar(&o.shapes.on, "shapes", true, "run the traffic shapes (hybridlimit and Gubernator)")
+	flag.BoolVar(&o.shapes.only, "shapes-only", false, "run only the traffic shapes (no plot)")
+	flag.Int64Var(&o.shapes.policy.Rate, "shapes-rate", 100, "the client's limit in the traffic shapes: requests per second")
+	flag.Int64Var(&o.shapes.policy.Burst, "shapes-burst", 100, "the client's limit in the traffic shapes: burst (the size of every burst sent)")
+	flag.IntVar(&o.shapes.rounds, "shapes-rounds", 3, "bursts of each burst shape, each after twice a full refill")
+	flag.DurationVar(&o.shapes.abuse, "shapes-abuse", 5*time.Second, "how long the abusive client sends")
+	flag.Float64Var(&o.shapes.over, "shapes-over", 4, "the abusive client's rate, in multiples of the limit's")
 	flag.StringVar(&only, "only", "", "run only the contenders whose name matches this regexp")
 	flag.StringVar(&o.out, "out", "results.md", "write the Markdown report here too (\"\" for stdout only)")
 	flag.StringVar(&o.plot, "plot", "../docs/bench-compare.png", "write the plot here (.png or .svg; \"\" for none)")
@@ -91,6 +103,16 @@ func main() {
 	}
 	if o.keysOnly && o.many.keys == 0 {
 		fatal(errors.New("-keys-only with -keys 0: nothing to measure"))
+	}
+	if o.keysOnly && o.shapes.only {
+		fatal(errors.New("-keys-only and -shapes-only: choose one"))
+	}
+	if o.shapes.only && !o.shapes.on {
+		fatal(errors.New("-shapes-only with -shapes=false: nothing to measure"))
+	}
+	if s := o.shapes; s.on && (s.policy.Rate < 1 || s.policy.Burst < 1 || s.rounds < 1 || s.abuse <= 0 || s.over <= 0) {
+		fatal(fmt.Errorf("shapes: -shapes-rate %d, -shapes-burst %d, -shapes-rounds %d, -shapes-abuse %v and -shapes-over %v must be positive",
+			s.policy.Rate, s.policy.Burst, s.rounds, s.abuse, s.over))
 	}
 	if m := o.many; m.keys < 0 || m.keys > workload.MaxKeys || m.zipf < 0 || m.rate <= 0 || m.policy.Rate < 1 || m.policy.Burst < 1 ||
 		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 || m.workers < 0 {
@@ -142,30 +164,38 @@ func run(o options) (err error) {
 			idx = append(idx, i)
 		}
 	}
-	if len(cs) == 0 {
-		return errors.New("no contender matches -only")
-	}
 	var results []*result
 	var clock *measure.ParallelResult
-	if !o.keysOnly {
-		clock = measureClock(o)
-		if results, err = measureAll(ctx, o, admin, srv.Addr(), cs, idx); err != nil {
-			return err
-		}
-	}
 	var many []*keysResult
-	if o.many.keys > 0 {
-		if many, err = measureKeys(ctx, o, admin, srv.Addr(), cs); err != nil {
-			return err
+	if !o.shapes.only {
+		if len(cs) == 0 {
+			return errors.New("no contender matches -only")
+		}
+		if !o.keysOnly {
+			clock = measureClock(o)
+			if results, err = measureAll(ctx, o, admin, srv.Addr(), cs, idx); err != nil {
+				return err
+			}
+		}
+		if o.many.keys > 0 {
+			if many, err = measureKeys(ctx, o, admin, srv.Addr(), cs); err != nil {
+				return err
+			}
 		}
 	}
-	for _, s := range contender.Skips() {
-		logf("SKIPPED %s: %s", s.Name, s.Reason)
+	var shaped []*shapeResult
+	if o.shapes.on && !o.keysOnly {
+		if err := admin.FlushAll(ctx).Err(); err != nil { // the private server only
+			return err
+		}
+		if shaped, err = measureShapes(ctx, o, srv.Addr()); err != nil {
+			return err
+		}
 	}
 	env.Took = time.Since(began).Round(time.Second)
 	env.LoadEnd = loadAvg()
 
-	rep := report{opts: o, env: env, clock: clock, results: results, many: many, skips: contender.Skips()}
+	rep := report{opts: o, env: env, clock: clock, results: results, many: many, shapes: shaped}
 	var w io.Writer = os.Stdout
 	if o.out != "" {
 		f, err := os.Create(o.out)
@@ -175,7 +205,7 @@ func run(o options) (err error) {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	if o.plot != "" && !o.keysOnly {
+	if o.plot != "" && !o.keysOnly && !o.shapes.only {
 		if err := drawPlot(o.plot, results, o); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
