@@ -219,7 +219,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 			if client == "" {
 				limitedBy, client = v.metric, config.DescriptorKey(req.GetDomain(), entriesOf(descs[i]))
 			}
-			closest, closestRemaining = st, 0
+			if s.cfg.Headers != (Headers{}) {
+				closest, closestRemaining = st, 0
+			}
 		}
 		resp.Statuses[i] = st
 	}
