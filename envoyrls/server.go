@@ -153,6 +153,10 @@ func NewConfigMetrics(reg prometheus.Registerer, namespace string, cfg *config.C
 	return m, nil
 }
 
+// Set sets the gauges from cfg, the configuration in force, without
+// counting a reload: for the first configuration that loads at start.
+func (m *ConfigMetrics) Set(cfg *config.Config) { m.set(cfg) }
+
 // OnChange counts a reload that swapped in cfg.
 func (m *ConfigMetrics) OnChange(cfg *config.Config) {
 	m.reloads.WithLabelValues("ok").Inc()
