@@ -72,7 +72,7 @@ type rlsSettings struct {
 // defaultMaxKeys is -max-keys's default: with -max-key-bytes at its
 // default, the keys of a flood of distinct values fit a 256 MiB container
 // with room for the rest (docs/benchmarks.md measures it).
-const defaultMaxKeys = 200_000
+const defaultMaxKeys = 100_000
 
 // env reads the environment for flag defaults, collecting what it cannot
 // parse.
