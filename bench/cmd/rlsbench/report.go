@@ -132,7 +132,15 @@ func (r *report) write(w io.Writer) {
 				x.before.perSec, x.during.perSec, ms(x.before.p99), ms(x.during.p99), ms(x.after.p99), x.admBefore, x.admDuring, x.admAfter,
 				since(x.recoverErrs), since(x.recoverP99), since(x.recoverAd))
 		}
-		fmt.Fprintf(w, "\nPer second (admitted ÷ limit; errors):\n\n")
+		fmt.Fprintf(w, "\nCalls slower than Envoy's default timeout for the rate limit filter (%v; behind `failure_mode_deny: false` each one is a request let through), or failed, a second: before the outage / during it / the first 3 s after Redis returned / the rest after:\n\n", envoyTimeout)
+		fmt.Fprintln(w, "| service | over 20 ms a second: before / during / first 3 s after / rest after |")
+		fmt.Fprintln(w, "|---|---|")
+		for _, x := range r.outages {
+			back := o.before + o.outage
+			fmt.Fprintf(w, "| %v | %.1f / %.1f / %.1f / %.1f |\n", x.kind, slowPerSec(x.samples, 0, o.before), slowPerSec(x.samples, o.before, back),
+				slowPerSec(x.samples, back, back+3*time.Second), slowPerSec(x.samples, back+3*time.Second, back+o.after))
+		}
+		fmt.Fprintf(w, "\nPer second (admitted ÷ limit; errors; calls over 20 ms or failed):\n\n")
 		fmt.Fprint(w, "| second |")
 		for _, x := range r.outages {
 			fmt.Fprintf(w, " %v |", x.kind)
@@ -155,7 +163,7 @@ func (r *report) write(w io.Writer) {
 				for _, x := range r.outages {
 					from := time.Duration(i) * time.Second
 					st := summarise(window(x.samples, from, from+time.Second), time.Second)
-					fmt.Fprintf(w, " %.2f; %d |", x.perSecond[i], st.errs)
+					fmt.Fprintf(w, " %.2f; %d; %.0f |", x.perSecond[i], st.errs, slowPerSec(x.samples, from, from+time.Second))
 				}
 				fmt.Fprintln(w)
 			}
@@ -164,6 +172,21 @@ func (r *report) write(w io.Writer) {
 	r.writeSticky(w)
 	r.writeFlood(w)
 	r.writeIdle(w)
+}
+
+// envoyTimeout is Envoy's default timeout for the rate limit filter.
+const envoyTimeout = 20 * time.Millisecond
+
+// slowPerSec is how many calls sent in [from, to) took longer than
+// envoyTimeout or failed, a second.
+func slowPerSec(s []sample, from, to time.Duration) float64 {
+	n := 0
+	for _, x := range window(s, from, to) {
+		if x.err || x.lat > envoyTimeout {
+			n++
+		}
+	}
+	return float64(n) / (to - from).Seconds()
 }
 
 // flags are the run's flags that differ from the defaults, as given.
