@@ -35,10 +35,10 @@ type sticky struct {
 }
 
 // stickyRun starts n fresh instances and offers each a key of its own,
-// never seen before, at twice the key's limit, from the goroutines pinned
+// never seen before, limited to limit a second, at twice that, from the goroutines pinned
 // to it; it counts what each key admits a second. An exact limiter admits
 // the limit from the first second.
-func (b *bench) stickyRun(ctx context.Context, kind rlsrun.Kind, n int) (sticky, error) {
+func (b *bench) stickyRun(ctx context.Context, kind rlsrun.Kind, n, limit int) (sticky, error) {
 	ins, err := b.start(ctx, kind, n)
 	if err != nil {
 		return sticky{}, err
@@ -53,16 +53,16 @@ func (b *bench) stickyRun(ctx context.Context, kind rlsrun.Kind, n int) (sticky,
 	drive(ctx, c, 1000, b.o.warm, b.o.timeout, perClient(1000), nil) // processes and connections warm, the sticky keys untouched
 	keys := make([]*rlsv3.RateLimitRequest, n)
 	for i := range keys {
-		keys[i] = descriptorRequest(benchDomain, "sticky", fmt.Sprintf("new-%d-of-%d", i, n))
+		keys[i] = descriptorRequest(benchDomain, fmt.Sprintf("sticky-%d", limit), fmt.Sprintf("new-%d-of-%d", i, n))
 	}
 	secs := int(b.o.stickyFor / time.Second)
-	rate := 2 * float64(b.o.stickyLimit) * float64(n)
+	rate := 2 * float64(limit) * float64(n)
 	if err := alignedStart(ctx); err != nil {
 		return sticky{}, err
 	}
 	// Goroutine g sends to instance g mod n: key g mod n.
 	s := drive(ctx, c, rate, time.Duration(secs)*time.Second, b.o.timeout, func(g, _ int) *rlsv3.RateLimitRequest { return keys[g%n] }, nil)
-	st := sticky{kind: kind, instances: n, limit: b.o.stickyLimit, perSecond: make([][]float64, secs), answered: make([][]float64, secs)}
+	st := sticky{kind: kind, instances: n, limit: limit, perSecond: make([][]float64, secs), answered: make([][]float64, secs)}
 	for i := range st.perSecond {
 		st.perSecond[i], st.answered[i] = make([]float64, n), make([]float64, n)
 	}
@@ -73,9 +73,9 @@ func (b *bench) stickyRun(ctx context.Context, kind rlsrun.Kind, n int) (sticky,
 			st.errs++
 		case sec >= secs:
 		default:
-			st.answered[sec][x.inst%n] += 1 / float64(b.o.stickyLimit)
+			st.answered[sec][x.inst%n] += 1 / float64(limit)
 			if !x.over {
-				st.perSecond[sec][x.inst%n] += 1 / float64(b.o.stickyLimit)
+				st.perSecond[sec][x.inst%n] += 1 / float64(limit)
 			}
 		}
 	}
@@ -252,17 +252,17 @@ func (r *report) writeSticky(w io.Writer) {
 		return
 	}
 	o := r.o
-	fmt.Fprintf(w, "\n## New keys on sticky streams\n\nEach instance carries a key of its own, never seen before, limited to %d/s and offered twice that, from the client goroutines pinned to it "+
+	fmt.Fprintf(w, "\n## New keys on sticky streams\n\nEach instance carries a key of its own, never seen before, offered twice its limit, from the client goroutines pinned to it "+
 		"(goroutine g sends only to instance g mod n, as each Envoy sends all its calls on its one connection to a rate limit service host). "+
 		"Admitted ÷ limit in each of the first %v (whole seconds, the services' windows), the mean over the keys and, in parentheses, the lowest; an exact limiter admits 1.00 from the first second. "+
 		"Below each, the calls answered ÷ limit, the same way (2.00 offered): where it is under 1.00 the load generator, not the service, fell short (the machine is shared).\n\n",
-		o.stickyLimit, o.stickyFor)
-	fmt.Fprint(w, "| service | instances | errors | |")
+		o.stickyFor)
+	fmt.Fprint(w, "| limit | service | instances | errors | |")
 	secs := len(r.sticky[0].perSecond)
 	for s := range secs {
 		fmt.Fprintf(w, " second %d |", s)
 	}
-	fmt.Fprint(w, "\n|---|---|---|---|")
+	fmt.Fprint(w, "\n|---|---|---|---|---|")
 	for range secs {
 		fmt.Fprint(w, "---|")
 	}
@@ -279,9 +279,9 @@ func (r *report) writeSticky(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	for _, st := range r.sticky {
-		fmt.Fprintf(w, "| %v | %d | %d | admitted |", st.kind, st.instances, st.errs)
+		fmt.Fprintf(w, "| %d/s | %v | %d | %d | admitted |", st.limit, st.kind, st.instances, st.errs)
 		row(st.perSecond)
-		fmt.Fprint(w, "| | | | answered |")
+		fmt.Fprint(w, "| | | | | answered |")
 		row(st.answered)
 	}
 }

@@ -20,9 +20,9 @@
 //     service is back to normal.
 //
 //   - new keys on sticky streams: 2 and 4 instances, each carrying a key
-//     of its own from the client goroutines pinned to it (as each Envoy
-//     holds one connection to a rate limit service host), admitted ÷ limit
-//     a second;
+//     of its own (100/s, then 10/s) from the client goroutines pinned to it
+//     (as each Envoy holds one connection to a rate limit service host),
+//     admitted ÷ limit a second;
 //
 //   - a flood of distinct 4 KB descriptor values against one instance: its
 //     peak memory, and what it held and evicted;
@@ -65,18 +65,20 @@ const benchDomain = "bench"
 // benchConfig is the configuration both services load: a limit per client
 // that the latency runs never reach, one shared key, the sticky runs' new
 // keys, and the flood's values.
-func benchConfig(hotLimit, stickyLimit int) string {
+func benchConfig(hotLimit int, stickyLimits []int) string {
+	var sticky strings.Builder
+	for _, l := range stickyLimits {
+		fmt.Fprintf(&sticky, "  - key: sticky-%d\n    rate_limit: {unit: second, requests_per_unit: %d}\n", l, l)
+	}
 	return fmt.Sprintf(`domain: bench
 descriptors:
   - key: client
     rate_limit: {unit: second, requests_per_unit: 1000000}
   - key: hot
     rate_limit: {unit: second, requests_per_unit: %d}
-  - key: sticky
-    rate_limit: {unit: second, requests_per_unit: %d}
-  - key: flood
+%s  - key: flood
     rate_limit: {unit: minute, requests_per_unit: 100}
-`, hotLimit, stickyLimit)
+`, hotLimit, sticky.String())
 }
 
 // allCases are the runs -cases may name, in the order they run.
@@ -99,7 +101,7 @@ type options struct {
 	out, plot             string
 	cases                 map[string]bool
 	stickyInstances       []int
-	stickyLimit           int
+	stickyLimits          []int
 	stickyFor             time.Duration
 	floodValues           int
 	floodBytes            int
@@ -108,7 +110,7 @@ type options struct {
 
 func main() {
 	var o options
-	var rates, instances, only, cases, stickyInstances string
+	var rates, instances, only, cases, stickyInstances, stickyLimits string
 	flag.StringVar(&o.bin, "bin", ".bin", "the directory holding hybridlimit and service_cmd (make rls-peer)")
 	flag.StringVar(&rates, "rates", "1000,2000,4000,8000,16000", "offered loads of the latency runs, requests/s; then one run as fast as the clients go")
 	flag.StringVar(&instances, "instances", "1,2,4", "instance counts of the latency runs")
@@ -127,7 +129,7 @@ func main() {
 	flag.StringVar(&only, "only", "", "run one service only: ours or theirs")
 	flag.StringVar(&cases, "cases", strings.Join(allCases, ","), "the runs to make, comma-separated: "+strings.Join(allCases, ", "))
 	flag.StringVar(&stickyInstances, "sticky-instances", "2,4", "instance counts of the sticky runs")
-	flag.IntVar(&o.stickyLimit, "sticky-limit", 100, "each sticky key's limit, requests per second (offered twice that)")
+	flag.StringVar(&stickyLimits, "sticky-limits", "100,10", "the sticky keys' limits, requests per second (each offered twice its limit), one run each")
 	flag.DurationVar(&o.stickyFor, "sticky-for", 10*time.Second, "duration of each sticky run (whole seconds)")
 	flag.IntVar(&o.floodValues, "flood-values", 200_000, "distinct descriptor values of the flood")
 	flag.IntVar(&o.floodBytes, "flood-bytes", 4096, "bytes of each flood value")
@@ -148,6 +150,13 @@ func main() {
 		is, err = floats(stickyInstances)
 		for _, n := range is {
 			o.stickyInstances = append(o.stickyInstances, int(n))
+		}
+	}
+	if err == nil {
+		var ls []float64
+		ls, err = floats(stickyLimits)
+		for _, l := range ls {
+			o.stickyLimits = append(o.stickyLimits, int(l))
 		}
 	}
 	if err == nil {
@@ -229,7 +238,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit, o.stickyLimit)}); err != nil {
+	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit, o.stickyLimits)}); err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(root, "services.log"))
@@ -277,17 +286,19 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.outages = append(rep.outages, out)
 	}
-	for _, kind := range o.kinds {
-		for _, n := range o.stickyInstances {
-			if !o.cases["sticky"] {
-				break
+	for _, limit := range o.stickyLimits {
+		for _, kind := range o.kinds {
+			for _, n := range o.stickyInstances {
+				if !o.cases["sticky"] {
+					break
+				}
+				progress("sticky: %v, %d instances, a new key of %d/s on each", kind, n, limit)
+				st, err := b.stickyRun(ctx, kind, n, limit)
+				if err != nil {
+					return fmt.Errorf("%v sticky, %d instances: %w", kind, n, err)
+				}
+				rep.sticky = append(rep.sticky, st)
 			}
-			progress("sticky: %v, %d instances, a new key on each", kind, n)
-			st, err := b.stickyRun(ctx, kind, n)
-			if err != nil {
-				return fmt.Errorf("%v sticky, %d instances: %w", kind, n, err)
-			}
-			rep.sticky = append(rep.sticky, st)
 		}
 	}
 	for _, kind := range o.kinds {

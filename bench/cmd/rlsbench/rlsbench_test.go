@@ -46,7 +46,7 @@ func TestSummariseAndWindow(t *testing.T) {
 }
 
 func TestBenchConfigLoads(t *testing.T) {
-	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500, 100))); err != nil {
+	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500, []int{100, 10}))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := floats("1000,x"); err == nil {
