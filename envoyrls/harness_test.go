@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 
 	"github.com/hybridlimit/hybridlimit/envoyrls"
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
@@ -23,6 +24,7 @@ type rig struct {
 	lim    *hybrid.Limiter
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
+	health *health.Server
 	addr   string
 }
 
@@ -36,7 +38,7 @@ func startRig(t *testing.T, rdb redis.UniversalClient, hcfg hybrid.Config, scfg 
 	scfg.Limiter = lim
 	svc, err := envoyrls.New(scfg)
 	require.NoError(t, err)
-	srv, _ := envoyrls.NewServer(svc)
+	srv, hs := envoyrls.NewServer(svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
@@ -51,7 +53,7 @@ func startRig(t *testing.T, rdb redis.UniversalClient, hcfg hybrid.Config, scfg 
 		defer cancel()
 		_ = lim.Close(ctx)
 	})
-	return &rig{svc: svc, lim: lim, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, addr: ln.Addr().String()}
+	return &rig{svc: svc, lim: lim, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, health: hs, addr: ln.Addr().String()}
 }
 
 // static returns a Rules func of one file's configuration.

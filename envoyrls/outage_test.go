@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/middleware"
 )
 
 // load sends requests from a few goroutines until stop is closed, and
@@ -195,5 +197,144 @@ func TestAdminAndHealth(t *testing.T) {
 		st, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
 		require.NoError(t, err)
 		assert.Equal(t, healthpb.HealthCheckResponse_SERVING, st.GetStatus(), name)
+	}
+}
+
+// sourceCounter is an Observer counting checks by where they were decided.
+type sourceCounter struct {
+	remote, local, degraded atomic.Int64
+}
+
+func (c *sourceCounter) ObserveCheck(ev middleware.CheckEvent) {
+	switch ev.Decision.Source {
+	case hybrid.Remote:
+		c.remote.Add(1)
+	case hybrid.Degraded:
+		c.degraded.Add(1)
+	default:
+		c.local.Add(1)
+	}
+}
+
+func (c *sourceCounter) ObserveRequest(middleware.RequestEvent) {}
+
+// waits counts the calls a limiter's decisions made to Redis, on the
+// caller's goroutine: Async's escalations (a request its share could not
+// hold, asked of the fleet) and the decision path's calls (Sync mode). A
+// call that made none decided from memory, whatever the machine made of
+// its latency.
+func waits(lim *hybrid.Limiter) uint64 {
+	s := lim.Stats()
+	return s.Reconcile.Escalations + s.DecisionCalls.Closed + s.DecisionCalls.Probes + s.DecisionCalls.Open
+}
+
+// Redis killed under load and restarted empty, two instances, sticky
+// uneven streams (three on one instance, one on the other) on a key
+// offered more than its limit and on clients under theirs: after Redis
+// returns, while the instances report what they spent while degraded and
+// take their shares again, no call waits on Redis in async mode; every
+// call is answered from memory. In sync mode, the control, each check
+// after Redis returns is a call to Redis, and is counted.
+func TestRecoveryNoCallWaits(t *testing.T) {
+	rules := static(t, `
+domain: d
+descriptors:
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 200}
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+`)
+	for _, c := range []struct {
+		mode      hybrid.Mode
+		wantWaits bool
+	}{
+		{hybrid.Async, false},
+		{hybrid.Sync, true},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			var rigs []*rig
+			var obs []*sourceCounter
+			for range 2 {
+				rdb := srv.Client(t, func(o *redis.Options) {
+					o.MaxRetries, o.ContextTimeoutEnabled = -1, true
+					o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+				})
+				sc := &sourceCounter{}
+				rigs = append(rigs, startRig(t, rdb, hybrid.Config{Mode: c.mode, BreakerOpenFor: 200 * time.Millisecond, FleetSize: 2},
+					envoyrls.Config{Rules: rules, Observer: sc}))
+				obs = append(obs, sc)
+			}
+			totalWaits := func() (n uint64) {
+				for _, r := range rigs {
+					n += waits(r.lim)
+				}
+				return n
+			}
+			remote := func() (n int64) {
+				for _, o := range obs {
+					n += o.remote.Load()
+				}
+				return n
+			}
+			var loads []*load
+			for i, workers := range []int{3, 1} {
+				loads = append(loads, startLoad(rigs[i].client, workers, func(w, n int) *rlsv3.RateLimitRequest {
+					if n%2 == 0 {
+						return req("d", 0, "hot=k")
+					}
+					return req("d", 0, "client=c"+strconv.Itoa(w))
+				}))
+			}
+			defer func() {
+				for _, l := range loads {
+					l.halt()
+				}
+			}()
+			progress := func(n int64) {
+				for _, l := range loads {
+					l.waitSent(t, n)
+				}
+			}
+			progress(100)
+			srv.Kill()
+			for _, r := range rigs {
+				require.Eventually(t, r.lim.Degraded, 10*time.Second, time.Millisecond, "the breaker opens")
+			}
+			progress(100)
+			srv.Restart()
+			waitsBack, remoteBack := totalWaits(), remote()
+			for _, r := range rigs {
+				require.Eventually(t, func() bool { return !r.lim.Degraded() }, 20*time.Second, 5*time.Millisecond, "back once Redis answers")
+			}
+			// The recovery: each instance runs 50 successful rounds (a second
+			// at the default interval: its degraded spend reported, its
+			// shares taken again) while the load goes on.
+			ok := func(r *rig) uint64 { s := r.lim.Stats().Reconcile; return s.Rounds - s.RoundErrors }
+			var target []uint64
+			for _, r := range rigs {
+				target = append(target, ok(r)+50)
+			}
+			for i, r := range rigs {
+				require.Eventually(t, func() bool { return ok(r) >= target[i] }, 30*time.Second, 5*time.Millisecond, "rounds after Redis returned")
+			}
+			progress(100)
+			var sent, errs int64
+			for _, l := range loads {
+				l.halt()
+				sent, errs = sent+l.sent.Load(), errs+l.errs.Load()
+			}
+			loads = nil
+			assert.Zero(t, errs, "every call answered")
+			waited, fromRedis := totalWaits()-waitsBack, remote()-remoteBack
+			t.Logf("%v: %d calls in all; after Redis returned, %d decision calls to Redis, %d checks decided in Redis", c.mode, sent, waited, fromRedis)
+			if c.wantWaits {
+				assert.Positive(t, waited, "sync mode: checks wait on Redis once it is back")
+				assert.Positive(t, fromRedis)
+				return
+			}
+			assert.Zero(t, waited, "async mode: no call waits on Redis after it returns")
+			assert.Zero(t, fromRedis, "async mode: every check decided from memory")
+		})
 	}
 }

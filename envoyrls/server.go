@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -22,19 +23,32 @@ import (
 var HealthServices = []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName, "ratelimit"}
 
 // NewServer returns a gRPC server, built with opts, serving svc and the
-// gRPC health service (grpc.health.v1) with every name in HealthServices
-// SERVING. While Redis is down the health stays SERVING: the service still
-// answers, from memory. On shutdown call the health server's Shutdown
-// first, so that probes turn away new callers while the server drains.
+// gRPC health service (grpc.health.v1) under every name in
+// HealthServices: NOT_SERVING while svc has no configuration to answer
+// from (call SetServing once one loads), SERVING with one. While Redis is
+// down the health stays SERVING: the service still answers, from memory.
+// On shutdown call the health server's Shutdown first, so that probes turn
+// away new callers while the server drains.
 func NewServer(svc *Service, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	srv := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	hs := health.NewServer()
-	for _, name := range HealthServices {
-		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	SetServing(hs, svc.Ready())
 	healthpb.RegisterHealthServer(srv, hs)
 	return srv, hs
+}
+
+// SetServing sets every name in HealthServices to SERVING, or to
+// NOT_SERVING. After hs.Shutdown it changes nothing: a server draining
+// stays NOT_SERVING.
+func SetServing(hs *health.Server, serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range HealthServices {
+		hs.SetServingStatus(name, st)
+	}
 }
 
 // AdminConfig configures AdminHandler. Limiter and Rules are required.
@@ -44,7 +58,8 @@ type AdminConfig struct {
 	// Limiter is reported on by /healthz: its mode and whether it is
 	// degraded.
 	Limiter *hybrid.Limiter
-	// Rules returns the configuration in force, dumped by /rlconfig.
+	// Rules returns the configuration in force, dumped by /rlconfig; nil
+	// while none has loaded.
 	Rules func() *config.Config
 	// Draining, when set and returning true, turns /healthz to 503: the
 	// server is shutting down.
@@ -57,7 +72,8 @@ type AdminConfig struct {
 //   - /metrics: Prometheus metrics;
 //   - /healthz (and /healthcheck, envoyproxy/ratelimit's path): 200 with
 //     {"status":"ok"} or {"status":"degraded"} (Redis is down: the service
-//     answers from memory), 503 with {"status":"draining"} during shutdown;
+//     answers from memory), 503 with {"status":"no configuration"} while no
+//     configuration has loaded and {"status":"draining"} during shutdown;
 //   - /rlconfig: the rules in force, one a line, as envoyproxy/ratelimit's
 //     debug port shows them.
 func AdminHandler(cfg AdminConfig) (http.Handler, error) {
@@ -70,23 +86,32 @@ func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	}
 	healthz := func(w http.ResponseWriter, _ *http.Request) {
 		st, code := "ok", http.StatusOK
+		rules := cfg.Rules()
+		domains := []string{}
+		if rules != nil {
+			domains = rules.Domains()
+		}
 		switch {
 		case cfg.Draining != nil && cfg.Draining():
 			st, code = "draining", http.StatusServiceUnavailable
+		case rules == nil:
+			st, code = "no configuration", http.StatusServiceUnavailable
 		case cfg.Limiter.Degraded():
 			st = "degraded"
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"status": st, "mode": cfg.Limiter.Mode().String(), "domains": cfg.Rules().Domains(),
+			"status": st, "mode": cfg.Limiter.Mode().String(), "domains": domains,
 		})
 	}
 	mux.HandleFunc("/healthz", healthz)
 	mux.HandleFunc("/healthcheck", healthz)
 	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = fmt.Fprint(w, cfg.Rules().Dump())
+		if rules := cfg.Rules(); rules != nil {
+			_, _ = fmt.Fprint(w, rules.Dump())
+		}
 	})
 	return mux, nil
 }
@@ -103,10 +128,10 @@ type ConfigMetrics struct {
 
 // NewConfigMetrics registers the configuration's metrics on reg, under
 // namespace ("" means "rate_limit"), and sets them from cfg, the
-// configuration loaded first.
+// configuration loaded first (nil: none yet, the gauges at zero).
 func NewConfigMetrics(reg prometheus.Registerer, namespace string, cfg *config.Config) (*ConfigMetrics, error) {
-	if reg == nil || cfg == nil {
-		return nil, fmt.Errorf("envoyrls: config metrics need a registerer (%v) and a configuration (%v)", reg != nil, cfg != nil)
+	if reg == nil {
+		return nil, errors.New("envoyrls: config metrics need a registerer")
 	}
 	if namespace == "" {
 		namespace = "rate_limit"
@@ -128,6 +153,10 @@ func NewConfigMetrics(reg prometheus.Registerer, namespace string, cfg *config.C
 	return m, nil
 }
 
+// Set sets the gauges from cfg, the configuration in force, without
+// counting a reload: for the first configuration that loads at start.
+func (m *ConfigMetrics) Set(cfg *config.Config) { m.set(cfg) }
+
 // OnChange counts a reload that swapped in cfg.
 func (m *ConfigMetrics) OnChange(cfg *config.Config) {
 	m.reloads.WithLabelValues("ok").Inc()
@@ -138,6 +167,11 @@ func (m *ConfigMetrics) OnChange(cfg *config.Config) {
 func (m *ConfigMetrics) OnError(error) { m.reloads.WithLabelValues("error").Inc() }
 
 func (m *ConfigMetrics) set(cfg *config.Config) {
+	if cfg == nil {
+		m.rules.Set(0)
+		m.domains.Set(0)
+		return
+	}
 	m.rules.Set(float64(cfg.Len()))
 	m.domains.Set(float64(len(cfg.Domains())))
 }

@@ -2,11 +2,14 @@ package envoyrls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -40,7 +43,9 @@ type Config struct {
 	Limiter *hybrid.Limiter
 	// Rules returns the configuration in force; it is called once per
 	// request, so a reload takes effect between two requests, never within
-	// one. config.Watcher.Current fits.
+	// one. config.Watcher.Current fits. While it returns nil (no
+	// configuration has loaded yet) every call is answered Unavailable, as
+	// envoyproxy/ratelimit answers with an error then.
 	Rules func() *config.Config
 	// Observer is told of each descriptor's decision and of each request
 	// (metrics.Recorder fits): the check's rule label is the rule's metric
@@ -58,7 +63,19 @@ type Config struct {
 	QuotaMode bool
 	// Headers, when set, are added to every response that matched a limit.
 	Headers Headers
+	// MaxKeyBytes bounds the memory one counter takes for its name: a
+	// counter whose name (domain, descriptor keys and values, unit) is
+	// longer is counted under a digest of the name (SHA-256, 24 bytes),
+	// so descriptor values of any length (a path, a header) cost the same,
+	// and each distinct value still counts apart. Such counters are counted
+	// (LongKeys) and the first is logged. Zero means DefaultMaxKeyBytes;
+	// it must be at least 32.
+	MaxKeyBytes int
 }
+
+// DefaultMaxKeyBytes is Config.MaxKeyBytes's default: longer counter names
+// are counted under a digest.
+const DefaultMaxKeyBytes = 256
 
 // Service answers RLS v3's ShouldRateLimit. Make one with New. It is safe
 // for concurrent use.
@@ -69,6 +86,8 @@ type Service struct {
 	obs   observe.Observer
 	log   *slog.Logger
 	cfg   Config
+
+	longKeys atomic.Uint64 // counters counted under a digest of their name
 }
 
 // New returns a Service configured by cfg.
@@ -78,8 +97,11 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("envoyrls: Config.Limiter is nil")
 	case cfg.Rules == nil:
 		return nil, errors.New("envoyrls: Config.Rules is nil")
-	case cfg.Rules() == nil:
-		return nil, errors.New("envoyrls: Config.Rules returned nil: no configuration loaded")
+	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > 0 && cfg.MaxKeyBytes < 32:
+		return nil, fmt.Errorf("envoyrls: Config.MaxKeyBytes %d: want 0 (the default, %d) or at least 32", cfg.MaxKeyBytes, DefaultMaxKeyBytes)
+	}
+	if cfg.MaxKeyBytes == 0 {
+		cfg.MaxKeyBytes = DefaultMaxKeyBytes
 	}
 	h := cfg.Headers
 	if (h.Limit == "" || h.Remaining == "" || h.Reset == "") && h != (Headers{}) {
@@ -102,15 +124,22 @@ type verdict struct {
 	over    bool // over its limit (whatever shadow or quota mode answer)
 }
 
+// LongKeys returns how many times a counter was counted under a digest of
+// its name, its name being longer than Config.MaxKeyBytes.
+func (s *Service) LongKeys() uint64 { return s.longKeys.Load() }
+
+// Ready reports whether the service has a configuration to answer from.
+func (s *Service) Ready() bool { return s.rules() != nil }
+
 // ShouldRateLimit decides every descriptor of req and answers with the
 // overall code (OVER_LIMIT when any descriptor outside shadow and quota
 // mode is over its limit) and one status per descriptor, in order.
 //
 // It returns an InvalidArgument error for an empty domain, no
-// descriptors, a descriptor carrying a limit of unknown unit, or one whose
-// counter name exceeds the limiter's key length (limit.MaxKeyLen); and
-// Unavailable once the limiter is closed. Redis trouble is never an error:
-// the limiter decides from memory.
+// descriptors, or a descriptor carrying a limit of unknown unit; and
+// Unavailable while no configuration has loaded, and once the limiter is
+// closed. Redis trouble is never an error: the limiter decides from
+// memory.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, limitedBy, client, err := s.decide(ctx, req)
@@ -144,6 +173,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		return nil, "", "", status.Error(codes.InvalidArgument, "envoyrls: rate limit descriptor list must not be empty")
 	}
 	cfg := s.rules()
+	if cfg == nil {
+		return nil, "", "", status.Error(codes.Unavailable, "envoyrls: no rate limit configuration loaded")
+	}
 	vs := make([]verdict, len(descs))
 	var replaced map[string]bool
 	var entries []config.Entry
@@ -219,7 +251,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 			if client == "" {
 				limitedBy, client = v.metric, config.DescriptorKey(req.GetDomain(), entriesOf(descs[i]))
 			}
-			closest, closestRemaining = st, 0
+			if s.cfg.Headers != (Headers{}) {
+				closest, closestRemaining = st, 0
+			}
 		}
 		resp.Statuses[i] = st
 	}
@@ -330,15 +364,31 @@ func decisionError(err error) error {
 	return status.Errorf(codes.InvalidArgument, "envoyrls: %v", err)
 }
 
-// The limiter's key of a rule's count: the descriptor's counter, then the
-// unit (and algorithm), so that one descriptor limited per second and per
-// minute counts apart, as in envoyproxy/ratelimit.
-func counterKey(v *verdict) string {
+// counterKey is the limiter's key of a rule's count: the descriptor's
+// counter, then the unit (and algorithm), so that one descriptor limited
+// per second and per minute counts apart, as in envoyproxy/ratelimit; a
+// name longer than MaxKeyBytes is replaced by its digest.
+func (s *Service) counterKey(v *verdict) string {
 	r := v.rule
-	if r.EnvoyCounting {
-		return v.counter + "@" + r.Unit.String()
+	key := v.counter + "@" + r.Unit.String()
+	if !r.EnvoyCounting {
+		key += "/" + r.Limit.Algorithm.String()
 	}
-	return v.counter + "@" + r.Unit.String() + "/" + r.Limit.Algorithm.String()
+	if len(key) <= s.cfg.MaxKeyBytes {
+		return key
+	}
+	if s.longKeys.Add(1) == 1 {
+		s.log.Warn("envoyrls: a counter name is longer than the bound: such counters are counted under a digest of their name (each distinct name still counts apart; counted in rate_limit_long_keys_total; logged once)",
+			"bytes", len(key), "max_key_bytes", s.cfg.MaxKeyBytes, "rule", v.metric)
+	}
+	return digestKey(key)
+}
+
+// digestKey is the name a long counter is counted under: "#" and 18 bytes
+// of its SHA-256, in unpadded base64 (25 bytes in all).
+func digestKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:18])
 }
 
 // overKey marks a count that went over its limit in the current window.
@@ -364,7 +414,7 @@ func marked(m hybrid.Decision) bool { return m.ResetAfter > 0 }
 // the window as gone over, which is what a check of zero hits sees there.
 func (s *Service) envoyCount(ctx context.Context, v *verdict) (hybrid.Decision, error) {
 	r := v.rule
-	key := counterKey(v)
+	key := s.counterKey(v)
 	mark := limit.Limit{Rate: markRate, Period: r.Unit.Period(), Algorithm: limit.FixedWindow}
 	if v.hits == 0 { // a check: over once the counter went past the limit
 		m, err := s.lim.AllowN(ctx, overKey(key), mark, 0)
@@ -424,7 +474,7 @@ func (s *Service) algorithm(ctx context.Context, v *verdict) (hybrid.Decision, e
 	if r.Limit.Rate == 0 {
 		return hybrid.Decision{Result: limit.Result{Limit: r.Limit}}, nil
 	}
-	key := counterKey(v)
+	key := s.counterKey(v)
 	if v.hits > uint64(r.Limit.Capacity()) {
 		d, err := s.lim.AllowN(ctx, key, r.Limit, 0)
 		d.Allowed = false

@@ -3,7 +3,10 @@ package envoyrls_test
 import (
 	"context"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +18,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/envoyrls"
+	"github.com/hybridlimit/hybridlimit/envoyrls/config"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/metrics"
 )
@@ -167,7 +172,6 @@ func TestRefusedRequests(t *testing.T) {
 		{"unknown unit", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{
 			Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "a", Value: "1"}},
 			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_UNKNOWN}}}}, codes.InvalidArgument, "unknown unit"},
-		{"key too long", req("d", 0, "a="+strings.Repeat("x", 5000)), codes.InvalidArgument, "key of"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -184,6 +188,82 @@ func TestRefusedRequests(t *testing.T) {
 	require.NoError(t, r.lim.Close(ctx))
 	_, err = r.client.ShouldRateLimit(ctx, req("d", 0, "a=1"))
 	assert.Equal(t, codes.Unavailable, status.Code(err))
+}
+
+// Descriptor values of any length are counted, each distinct one apart, at
+// the memory of a short one: a counter name longer than MaxKeyBytes is
+// counted under its digest, and counted in LongKeys.
+func TestLongValuesCountApart(t *testing.T) {
+	ctx := context.Background()
+	r := startRig(t, nil, hybrid.Config{}, envoyrls.Config{Rules: static(t, twoRules), MaxKeyBytes: 64})
+	call := func(value string) rlsv3.RateLimitResponse_Code {
+		resp, err := r.client.ShouldRateLimit(ctx, req("d", 0, "a="+value))
+		require.NoError(t, err)
+		return resp.GetOverallCode()
+	}
+	long1, long2 := strings.Repeat("x", 5000), strings.Repeat("x", 4999)+"y"
+	assert.Equal(t, okCode, call(long1))
+	assert.Equal(t, overCode, call(long1), "one long value, one count (1 an hour)")
+	assert.Equal(t, okCode, call(long2), "another long value, its own count")
+	assert.EqualValues(t, 3, r.svc.LongKeys())
+	// "d_a_" + value + "_@hour" is 64 bytes with a value of 54: kept as is.
+	assert.Equal(t, okCode, call(strings.Repeat("z", 54)))
+	assert.EqualValues(t, 3, r.svc.LongKeys(), "a name at the bound is not digested")
+	assert.Equal(t, okCode, call(strings.Repeat("z", 55)))
+	assert.EqualValues(t, 4, r.svc.LongKeys())
+
+	_, err := envoyrls.New(envoyrls.Config{Limiter: r.lim, Rules: static(t, twoRules), MaxKeyBytes: 31})
+	assert.ErrorContains(t, err, "max key bytes 31")
+}
+
+// Before a configuration loads, every call is answered Unavailable and the
+// gRPC health says NOT_SERVING under every name; once one loads (and
+// SetServing is called, as the rls command does), both turn.
+func TestNoConfigurationYet(t *testing.T) {
+	ctx := context.Background()
+	var loaded atomic.Pointer[config.Config]
+	r := startRig(t, nil, hybrid.Config{}, envoyrls.Config{Rules: loaded.Load})
+	_, err := r.client.ShouldRateLimit(ctx, req("d", 0, "a=1"))
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.ErrorContains(t, err, "no rate limit configuration loaded")
+	assert.False(t, r.svc.Ready())
+	hc := healthpb.NewHealthClient(r.conn)
+	check := func() []healthpb.HealthCheckResponse_ServingStatus {
+		var out []healthpb.HealthCheckResponse_ServingStatus
+		for _, name := range envoyrls.HealthServices {
+			st, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+			require.NoError(t, err)
+			out = append(out, st.GetStatus())
+		}
+		return out
+	}
+	notServing, serving := healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_SERVING
+	assert.Equal(t, []healthpb.HealthCheckResponse_ServingStatus{notServing, notServing, notServing}, check())
+	reg := prometheus.NewRegistry()
+	_, err = envoyrls.NewConfigMetrics(reg, "", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0.0, value(t, reg, "rate_limit_config_rules"))
+	admin, err := envoyrls.AdminHandler(envoyrls.AdminConfig{Limiter: r.lim, Rules: loaded.Load})
+	require.NoError(t, err)
+	web := httptest.NewServer(admin)
+	defer web.Close()
+	resp, err := http.Get(web.URL + "/healthcheck")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "no configuration", healthz(t, web.URL)["status"])
+
+	loaded.Store(static(t, twoRules)())
+	envoyrls.SetServing(r.health, r.svc.Ready())
+	answer, err := r.client.ShouldRateLimit(ctx, req("d", 0, "a=1"))
+	require.NoError(t, err)
+	assert.Equal(t, okCode, answer.GetOverallCode())
+	assert.Equal(t, "ok", healthz(t, web.URL)["status"])
+	assert.Equal(t, []healthpb.HealthCheckResponse_ServingStatus{serving, serving, serving}, check())
+
+	r.health.Shutdown()
+	envoyrls.SetServing(r.health, true)
+	assert.Equal(t, []healthpb.HealthCheckResponse_ServingStatus{notServing, notServing, notServing}, check(), "draining stays NOT_SERVING")
 }
 
 func TestNew(t *testing.T) {

@@ -597,6 +597,9 @@ type Stats struct {
 	// record was lost because more such keys were evicted within their
 	// refill time than MaxKeys: each may come back fresher than it was.
 	EvictionsForgotten uint64
+	// Evictions counts keys evicted, least recently used first, to hold
+	// MaxKeys.
+	Evictions uint64
 	// Faults counts the faults that changed decisions without stopping
 	// Redis (an evicting policy, a key of another type, a clock step).
 	Faults Faults
@@ -621,6 +624,7 @@ func (l *Limiter) Stats() Stats {
 	s.StateLost = l.lost.Load()
 	s.HeavyRefused = l.engine.HeavyRefused()
 	s.EvictionsForgotten = l.engine.EvictionsForgotten()
+	s.Evictions = l.engine.Evictions()
 	if l.reconciler != nil {
 		s.Reconcile = l.reconciler.Stats()
 		s.StateLost += s.Reconcile.StateLost

@@ -97,6 +97,8 @@ type Engine struct {
 	// the table of a shard was full of live ones (evictions.go).
 	forgotten atomic.Uint64
 	dropped   atomic.Uint64 // spend dropped because a shard's orphans were full
+	// evictions counts keys evicted to hold MaxKeys.
+	evictions atomic.Uint64
 	// heavyRefused counts requests refused while degraded for being
 	// heavier than the node's share (AllowDegraded).
 	heavyRefused atomic.Uint64
@@ -684,6 +686,10 @@ func (e *Engine) HeavyRefused() uint64 { return e.heavyRefused.Load() }
 // refill time, than MaxKeys): each such key may come back fresher than it
 // was.
 func (e *Engine) EvictionsForgotten() uint64 { return e.forgotten.Load() }
+
+// Evictions returns how many keys were evicted, least recently used first,
+// to hold MaxKeys (not counting idle keys a Sweep forgot).
+func (e *Engine) Evictions() uint64 { return e.evictions.Load() }
 
 // Dropped returns the spend dropped since the engine was made because a
 // shard's orphans were full: admitted, never to be reported.

@@ -23,6 +23,7 @@ func TestMaxKeysBoundsTheEngineNotEachShard(t *testing.T) {
 				require.NoError(t, err)
 			}
 			assert.Equal(t, maxKeys, e.Len(), "every key up to MaxKeys is held")
+			assert.Zero(t, e.Evictions(), "none evicted within the bound")
 			// Every key is still there, spent: none was evicted early.
 			for i := range maxKeys {
 				res, _ := e.AllowN(t0, fmt.Sprintf("k%d", i), lim, 1)
@@ -32,6 +33,9 @@ func TestMaxKeysBoundsTheEngineNotEachShard(t *testing.T) {
 				_, _ = e.AllowN(t0, fmt.Sprintf("more%d", i), lim, 1)
 			}
 			assert.LessOrEqual(t, e.Len(), maxKeys+len(e.shards), "bounded")
+			// Each new key beyond the bound evicted one, give or take the
+			// few a shard holding none took without evicting.
+			assert.InDelta(t, maxKeys, float64(e.Evictions()), float64(len(e.shards)), "evictions counted")
 		})
 	}
 }

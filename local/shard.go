@@ -146,11 +146,15 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 		return x, nil
 	}
 	if sh.e.keys.Load() >= sh.e.maxKeys {
-		sh.keys.RemoveOldest() // the engine is full: make room in this shard
+		if _, _, ok := sh.keys.RemoveOldest(); ok { // the engine is full: make room in this shard
+			sh.e.evictions.Add(1)
+		}
 	}
 	// A copy of its own: the caller's key may be a slice of a larger buffer
 	// that the limiter must not keep alive.
-	sh.keys.Add(strings.Clone(key), x)
+	if sh.keys.Add(strings.Clone(key), x) { // the shard was full
+		sh.e.evictions.Add(1)
+	}
 	sh.e.keys.Add(1)
 	return x, nil
 }

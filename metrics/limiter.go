@@ -11,7 +11,7 @@ import (
 type limiterCollector struct {
 	stats func() hybrid.Stats
 
-	mode, degraded, keys                                  *prometheus.Desc
+	mode, degraded, keys, evictions                       *prometheus.Desc
 	breakerState, transitions                             *prometheus.Desc
 	redisSuccesses, redisErrors, redisTimeouts, rejected  *prometheus.Desc
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
@@ -56,6 +56,8 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		mode:     desc("mode", "The mode the limiter runs in (async, sync or local): 1 for its mode.", "mode"),
 		degraded: desc("degraded", "1 while the limiter decides under its fallback because Redis failed, else 0."),
 		keys:     desc("keys_in_memory", "Keys the limiter holds in node memory."),
+		evictions: desc("keys_evicted_total",
+			"Keys evicted from node memory, least recently used first, to hold the bound on keys (MaxKeys): an evicted key that comes back starts as spent as it was."),
 		breakerState: desc("breaker_state",
 			"The Redis circuit breaker's state: 1 for the current state (closed, half-open or open), 0 for the others.", "state"),
 		transitions: desc("breaker_transitions_total", "State transitions of the Redis circuit breaker."),
@@ -91,7 +93,7 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 // Describe implements prometheus.Collector.
 func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.mode, c.degraded, c.keys, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
+		c.mode, c.degraded, c.keys, c.evictions, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
 		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
 		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.asks, c.calls, c.resets, c.leases,
 	} {
@@ -111,6 +113,7 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.mode, 1, s.Mode.String())
 	gauge(c.degraded, boolValue(s.Degraded))
 	gauge(c.keys, float64(s.Keys))
+	counter(c.evictions, s.Evictions)
 	if s.Mode == hybrid.LocalOnly {
 		return
 	}

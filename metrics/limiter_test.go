@@ -54,6 +54,9 @@ func TestLimiterCollectorLocalOnly(t *testing.T) {
 		# HELP rate_limit_degraded 1 while the limiter decides under its fallback because Redis failed, else 0.
 		# TYPE rate_limit_degraded gauge
 		rate_limit_degraded 0
+		# HELP rate_limit_keys_evicted_total Keys evicted from node memory, least recently used first, to hold the bound on keys (MaxKeys): an evicted key that comes back starts as spent as it was.
+		# TYPE rate_limit_keys_evicted_total counter
+		rate_limit_keys_evicted_total 0
 		# HELP rate_limit_keys_in_memory Keys the limiter holds in node memory.
 		# TYPE rate_limit_keys_in_memory gauge
 		rate_limit_keys_in_memory 3
@@ -61,7 +64,7 @@ func TestLimiterCollectorLocalOnly(t *testing.T) {
 		# TYPE rate_limit_mode gauge
 		rate_limit_mode{mode="local"} 1
 	`))
-	assert.Equal(t, 3, collectAndCount(t, c), "a local limiter has no breaker, Redis or rounds to report")
+	assert.Equal(t, 4, collectAndCount(t, c), "a local limiter has no breaker, Redis or rounds to report")
 }
 
 // TestLimiterCollectorEveryValue feeds the collector a Stats with every
@@ -78,6 +81,7 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		StateLost:          26,
 		HeavyRefused:       27,
 		EvictionsForgotten: 28,
+		Evictions:          29,
 		Keys:               1234,
 		ClockOffset:        -2500 * time.Microsecond,
 		Faults:             hybrid.Faults{EvictingPolicy: 1, UncheckedPolicy: 0, KeyFaults: 6, ClockSteps: 2, Evictions: 29},
@@ -122,6 +126,9 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_heavy_refused_total Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once.
 		# TYPE edge_heavy_refused_total counter
 		edge_heavy_refused_total 27
+		# HELP edge_keys_evicted_total Keys evicted from node memory, least recently used first, to hold the bound on keys (MaxKeys): an evicted key that comes back starts as spent as it was.
+		# TYPE edge_keys_evicted_total counter
+		edge_keys_evicted_total 29
 		# HELP edge_keys_in_memory Keys the limiter holds in node memory.
 		# TYPE edge_keys_in_memory gauge
 		edge_keys_in_memory 1234

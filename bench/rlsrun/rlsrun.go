@@ -261,3 +261,65 @@ func (in *Instance) Metric(ctx context.Context, series string) (float64, error) 
 	}
 	return sum, nil
 }
+
+// Pid is the instance's process id.
+func (in *Instance) Pid() int { return in.cmd.Process.Pid }
+
+// ProcStats are a process's CPU time and memory, read from /proc.
+type ProcStats struct {
+	CPU      time.Duration // user and system time since it started
+	RSS, HWM int64         // resident set size now, and its peak, in bytes
+}
+
+// Proc reads the instance's CPU time and memory from /proc (Linux).
+func (in *Instance) Proc() (ProcStats, error) { return ReadProc(in.Pid()) }
+
+// clockTicks is the kernel's USER_HZ: the unit of /proc/PID/stat's times.
+// It is 100 on every Linux architecture Go runs on.
+const clockTicks = 100
+
+// ReadProc reads pid's CPU time and memory from /proc (Linux).
+func ReadProc(pid int) (ProcStats, error) {
+	var st ProcStats
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	// Fields after the command name (which may hold spaces), in
+	// parentheses: state is field 3, utime 14 and stime 15.
+	rest := string(stat)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return st, fmt.Errorf("rlsrun: /proc/%d/stat: %q", pid, stat)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return st, fmt.Errorf("rlsrun: /proc/%d/stat: %w", pid, err)
+	}
+	st.CPU = time.Duration(utime+stime) * time.Second / clockTicks
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var kb int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+			continue
+		}
+		switch name {
+		case "VmRSS":
+			st.RSS = kb << 10
+		case "VmHWM":
+			st.HWM = kb << 10
+		}
+	}
+	return st, nil
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestWriteConfigAndFindBins(t *testing.T) {
@@ -40,5 +41,28 @@ func TestMetric(t *testing.T) {
 	}
 	if _, err := in.Metric(context.Background(), "missing"); err == nil {
 		t.Fatal("a missing series is an error")
+	}
+}
+
+// ReadProc reads this test's own process: CPU time grows with work, and the
+// resident set is at most its peak.
+func TestReadProc(t *testing.T) {
+	before, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+		x++
+	}
+	after, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CPU <= before.CPU || after.RSS <= 0 || after.RSS > after.HWM {
+		t.Fatalf("before %+v, after %+v (%d loops)", before, after, x)
+	}
+	if _, err := ReadProc(-1); err == nil {
+		t.Fatal("no such process: an error")
 	}
 }

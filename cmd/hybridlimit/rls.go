@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,7 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/grpclog"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/hybridlimit/hybridlimit/envoyrls"
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
@@ -55,10 +59,19 @@ type rlsSettings struct {
 	headerNames                    envoyrls.Headers
 	nearLimitRatio                 float64
 
+	maxKeys, maxKeyBytes int
+
 	logLevel, logFormat     string
 	maxConnAge, maxConnDrop time.Duration
 	drain                   time.Duration
+	reflection              bool
+	configRequired          bool
 }
+
+// defaultMaxKeys is -max-keys's default: with -max-key-bytes at its
+// default, the keys of a flood of distinct values fit a 256 MiB container
+// with room for the rest (docs/benchmarks.md measures it).
+const defaultMaxKeys = 100_000
 
 // env reads the environment for flag defaults, collecting what it cannot
 // parse.
@@ -135,10 +148,11 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs := newFlagSet("rls", out)
 	fs.StringVar(&s.grpcAddr, "grpc", e.hostPort("GRPC_", "0.0.0.0", 8081), "where the rate limit service listens for gRPC (env GRPC_HOST, GRPC_PORT)")
 	fs.StringVar(&s.grpcUDS, "grpc-uds", e.str("GRPC_UDS", ""), "a unix socket to listen on instead of -grpc (env GRPC_UDS)")
-	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "0.0.0.0", 8080), "where /metrics, /healthz (/healthcheck) and /rlconfig are served over HTTP; empty for none (env HOST, PORT)")
+	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "127.0.0.1", 8080), "where /metrics, /healthz (/healthcheck) and /rlconfig are served over HTTP: loopback by default, like the gateway's; 0.0.0.0:8080 (HOST=0.0.0.0) opens it to probes and scrapers on the network; empty for none (env HOST, PORT)")
 	runtimeDir := filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"), e.str("RUNTIME_SUBDIRECTORY", ""), e.str("RUNTIME_APPDIRECTORY", "config"))
 	fs.StringVar(&s.configDir, "config", runtimeDir, "the directory of envoyproxy/ratelimit YAML files, reloaded on change (env RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
 	fs.BoolVar(&s.mergeDomains, "merge-domains", e.boolean("MERGE_DOMAIN_CONFIG", false), "let several files configure one domain (env MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&s.configRequired, "config-required", e.boolean("HYBRIDLIMIT_CONFIG_REQUIRED", false), "exit at start when the configuration directory does not load; by default the service starts, answers every call with an error and reports NOT_SERVING until a valid configuration loads, as envoyproxy/ratelimit does (env HYBRIDLIMIT_CONFIG_REQUIRED)")
 
 	fs.StringVar(&s.redisURL, "redis", e.str("REDIS_URL", ""), "the Redis: host:port, a unix socket path or redis:// URL; master,sentinel1,... for sentinel; host1:port,host2:port for cluster; empty: local only (env REDIS_URL)")
 	fs.StringVar(&s.redisType, "redis-type", strings.ToLower(e.str("REDIS_TYPE", "single")), "single, sentinel or cluster (env REDIS_TYPE)")
@@ -190,12 +204,15 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&s.headerNames.Remaining, "remaining-header", e.str("LIMIT_REMAINING_HEADER", envoyrls.DefaultHeaders.Remaining), "(env LIMIT_REMAINING_HEADER)")
 	fs.StringVar(&s.headerNames.Reset, "reset-header", e.str("LIMIT_RESET_HEADER", envoyrls.DefaultHeaders.Reset), "(env LIMIT_RESET_HEADER)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", e.float("NEAR_LIMIT_RATIO", 0.8), "a check is near its limit past this fraction of it, for rate_limit_near_limit_total (env NEAR_LIMIT_RATIO)")
+	fs.IntVar(&s.maxKeys, "max-keys", e.integer("HYBRIDLIMIT_MAX_KEYS", defaultMaxKeys), "counters held in memory; beyond, the least recently used are evicted (rate_limit_keys_evicted_total), an evicted counter coming back as spent as it was (env HYBRIDLIMIT_MAX_KEYS)")
+	fs.IntVar(&s.maxKeyBytes, "max-key-bytes", e.integer("HYBRIDLIMIT_MAX_KEY_BYTES", envoyrls.DefaultMaxKeyBytes), "a counter whose name (domain, descriptor keys and values) is longer is counted under a 25-byte digest of it, each distinct name still apart (rate_limit_long_keys_total); at least 32 (env HYBRIDLIMIT_MAX_KEY_BYTES)")
 
 	fs.StringVar(&s.logLevel, "log-level", strings.ToLower(e.str("LOG_LEVEL", "info")), "debug, info, warn or error (env LOG_LEVEL)")
 	fs.StringVar(&s.logFormat, "log-format", strings.ToLower(e.str("LOG_FORMAT", "text")), "text or json (env LOG_FORMAT)")
 	fs.DurationVar(&s.maxConnAge, "grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour), "close gRPC connections older than this, so clients re-resolve (env GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&s.maxConnDrop, "grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour), "then force them closed after this (env GRPC_MAX_CONNECTION_AGE_GRACE)")
 	fs.DurationVar(&s.drain, "drain", 10*time.Second, "on SIGTERM, how long in-flight calls may finish before the server stops")
+	fs.BoolVar(&s.reflection, "grpc-reflection", e.boolean("HYBRIDLIMIT_GRPC_REFLECTION", true), "serve gRPC server reflection, for grpcurl and the like; -grpc-reflection=false turns it off (env HYBRIDLIMIT_GRPC_REFLECTION)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -210,6 +227,10 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 		return nil, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio)
 	case s.drain <= 0:
 		return nil, fmt.Errorf("rls: -drain %v: want a positive duration", s.drain)
+	case s.maxKeys <= 0:
+		return nil, fmt.Errorf("rls: -max-keys %d: want a positive number", s.maxKeys)
+	case s.maxKeyBytes < 32:
+		return nil, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes)
 	}
 	return s, nil
 }
@@ -347,26 +368,45 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	routeLibraryLogs(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var cm *envoyrls.ConfigMetrics
+	cm, err := envoyrls.NewConfigMetrics(reg, "", nil)
+	if err != nil {
+		return err
+	}
+	var (
+		loaded atomic.Bool                   // a configuration is in force
+		hsp    atomic.Pointer[health.Server] // set once the gRPC server exists
+	)
 	watcher, err := config.Watch(ctx, s.configDir, config.WatchOptions{
-		DirOptions: config.DirOptions{Options: config.Options{MergeDomains: s.mergeDomains}},
+		DirOptions:         config.DirOptions{Options: config.Options{MergeDomains: s.mergeDomains}},
+		StartWithoutConfig: !s.configRequired,
 		OnChange: func(c *config.Config) {
 			cm.OnChange(c)
-			log.Info("rls: configuration reloaded", "dir", s.configDir, "rules", c.Len(), "domains", c.Domains())
+			loaded.Store(true)
+			log.Info("rls: configuration loaded", "dir", s.configDir, "rules", c.Len(), "domains", c.Domains())
+			if hs := hsp.Load(); hs != nil {
+				envoyrls.SetServing(hs, true)
+			}
 		},
 		OnError: func(err error) {
 			cm.OnError(err)
-			log.Error("rls: configuration not reloaded: keeping the one in force", "dir", s.configDir, "err", err)
+			if loaded.Load() {
+				log.Error("rls: configuration not reloaded: keeping the one in force", "dir", s.configDir, "err", err)
+				return
+			}
+			log.Error("rls: no valid configuration: every call is answered with an error (Unavailable) and the health is NOT_SERVING until one loads (-config-required exits instead)",
+				"dir", s.configDir, "err", err)
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("rls: %w", err)
 	}
 	defer watcher.Close()
-	if cm, err = envoyrls.NewConfigMetrics(reg, "", watcher.Current()); err != nil {
-		return err
+	if c := watcher.Current(); c != nil {
+		cm.Set(c)
+		loaded.Store(true)
 	}
 	near := 1 - s.nearLimitRatio // their ratio is of the limit used; ours of the limit left
 	if near == 0 {
@@ -388,12 +428,9 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 	if client != nil && s.fleetSize == 0 && s.fallback == hybrid.Conservative {
 		log.Info("rls: no -fleet-size: if Redis is down when this instance starts, it does not start (it has not seen the fleet to divide the limits by)")
 	}
-	lim, err := hybrid.New(hybrid.Config{
-		Redis: client, Prefix: s.prefix, Mode: s.mode, Fallback: s.fallback, SyncInterval: s.syncInterval,
-		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, StartDegraded: true, Logger: log, OnRound: rec.ObserveRound,
-	})
+	lim, err := hybrid.New(s.limiterConfig(client, log, rec.ObserveRound))
 	if err != nil {
-		return err
+		return s.startError(err)
 	}
 	closeLimiter := func() error {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -404,7 +441,8 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		_ = closeLimiter()
 		return err
 	}
-	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode}
+	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode,
+		MaxKeyBytes: s.maxKeyBytes}
 	if s.headers {
 		scfg.Headers = s.headerNames
 	}
@@ -413,7 +451,17 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		_ = closeLimiter()
 		return err
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "long_keys_total",
+		Help: "Counters whose name was longer than -max-key-bytes, counted under a digest of it (each distinct name still apart)."},
+		func() float64 { return float64(svc.LongKeys()) }))
 	grpcSrv, hs := envoyrls.NewServer(svc, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: s.maxConnAge, MaxConnectionAgeGrace: s.maxConnDrop}))
+	hsp.Store(hs)
+	if watcher.Current() != nil { // one that loaded before hsp was set
+		envoyrls.SetServing(hs, true)
+	}
+	if s.reflection {
+		reflection.Register(grpcSrv)
+	}
 	var ln net.Listener
 	if s.grpcUDS != "" {
 		ln, err = net.Listen("unix", s.grpcUDS)
@@ -444,9 +492,20 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		adminURL = "http://" + aln.Addr().String()
 		go func() { _ = adminSrv.Serve(aln) }()
 	}
-	cfg := watcher.Current()
-	fmt.Fprintf(out, "rls listening on grpc %s, admin %s (%s mode; %d rules in %d domains from %s)\n",
-		ln.Addr(), adminURL, lim.Mode(), cfg.Len(), len(cfg.Domains()), watcher.Dir())
+	rules, domains := 0, 0
+	if cfg := watcher.Current(); cfg != nil {
+		rules, domains = cfg.Len(), len(cfg.Domains())
+	}
+	log.Info("rls: listening", "grpc", ln.Addr().String(), "admin", adminURL, "mode", lim.Mode().String(), "rules", rules, "domains", domains,
+		"dir", watcher.Dir(), "reflection", s.reflection, "max_keys", s.maxKeys, "max_key_bytes", s.maxKeyBytes)
+
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		logEvictions(pollCtx, lim, log, s.maxKeys, evictionPoll)
+	}()
+	defer func() { stopPoll(); <-polled }()
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -490,4 +549,129 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// limiterConfig is the limiter the settings describe, on client (nil:
+// local only).
+func (s *rlsSettings) limiterConfig(client redis.UniversalClient, log *slog.Logger, onRound func(hybrid.RoundInfo)) hybrid.Config {
+	return hybrid.Config{
+		Redis: client, Prefix: s.prefix, Mode: s.mode, Fallback: s.fallback, SyncInterval: s.syncInterval,
+		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, StartDegraded: true, Logger: log, OnRound: onRound,
+		MaxKeys: s.maxKeys, MaxPending: s.maxKeys,
+	}
+}
+
+// startError is the error of a limiter that could not start, in the
+// command's terms: a Redis unreachable at start, under the conservative
+// fallback without -fleet-size, names the flag (the library's error names
+// its Config field).
+func (s *rlsSettings) startError(err error) error {
+	if !errors.Is(err, hybrid.ErrRedisUnavailable) || s.fallback != hybrid.Conservative || s.fleetSize != 0 {
+		return fmt.Errorf("rls: %w", err)
+	}
+	cause := err
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range u.Unwrap() {
+			if e != hybrid.ErrRedisUnavailable {
+				cause = e
+				break
+			}
+		}
+	}
+	return fmt.Errorf("rls: redis unreachable at start (%v): an instance that has never seen the fleet does not start degraded under the conservative fallback without -fleet-size (HYBRIDLIMIT_FLEET_SIZE), the number of instances to divide each limit by until Redis returns; set it, choose -fallback fail-open or fail-closed, or start the instance once Redis answers: %w",
+		cause, hybrid.ErrRedisUnavailable)
+}
+
+// evictionPoll is how often the command looks whether the limiter evicted
+// keys to hold -max-keys.
+const evictionPoll = 5 * time.Second
+
+// logEvictions logs, once, that the limiter began evicting keys to hold
+// maxKeys (rate_limit_keys_evicted_total counts them), looking every
+// period until ctx ends.
+func logEvictions(ctx context.Context, lim *hybrid.Limiter, log *slog.Logger, maxKeys int, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := lim.Stats().Evictions; n > 0 {
+			log.Warn("rls: the counters held reached -max-keys: the least recently used are evicted, each coming back as spent as it was (counted in rate_limit_keys_evicted_total; logged once)",
+				"max_keys", maxKeys, "evicted", n)
+			return
+		}
+	}
+}
+
+// libraryLogs routes go-redis's and gRPC's own log lines through the
+// command's logger, so every line comes out in -log-format. Both libraries
+// keep one process-wide logger: the command sets it, as a program may; the
+// library packages of this module never do.
+var libraryLogs struct {
+	grpc sync.Once
+	to   atomic.Pointer[slog.Logger]
+}
+
+// routeLibraryLogs sends the libraries' lines to log from now on.
+func routeLibraryLogs(log *slog.Logger) {
+	libraryLogs.to.Store(log)
+	redis.SetLogger(redisLog{}) // atomic in go-redis
+	// gRPC's is not safe to set while gRPC runs: set once, before this
+	// command starts any; later commands only change where it writes.
+	libraryLogs.grpc.Do(func() { grpclog.SetLoggerV2(grpcLog{}) })
+}
+
+// redisLog is go-redis's logger: its lines (a failed dial while Redis is
+// down, a Sentinel's new master) at Warn.
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	libraryLogs.to.Load().WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "go-redis")
+}
+
+// grpcLog is gRPC's logger. gRPC writes only its errors by default; so
+// here its info and warnings are at Debug, its errors at Error.
+type grpcLog struct{}
+
+func (grpcLog) log(level slog.Level, msg string) {
+	libraryLogs.to.Load().Log(context.Background(), level, strings.TrimSpace(msg), "source", "grpc")
+}
+
+func (g grpcLog) Info(args ...any)    { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcLog) Infoln(args ...any)  { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
+func (g grpcLog) Warning(args ...any) { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcLog) Error(args ...any)   { g.log(slog.LevelError, fmt.Sprint(args...)) }
+func (g grpcLog) Errorln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)) }
+
+func (g grpcLog) Warningln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
+
+func (g grpcLog) Infof(format string, args ...any) {
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+
+func (g grpcLog) Warningf(format string, args ...any) {
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+
+func (g grpcLog) Errorf(format string, args ...any) {
+	g.log(slog.LevelError, fmt.Sprintf(format, args...))
+}
+
+// Fatal, Fatalln and Fatalf log at Error and exit, as gRPC's own do.
+func (g grpcLog) Fatal(args ...any) { g.log(slog.LevelError, fmt.Sprint(args...)); os.Exit(1) }
+
+func (g grpcLog) Fatalln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)); os.Exit(1) }
+
+func (g grpcLog) Fatalf(format string, args ...any) {
+	g.log(slog.LevelError, fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// V reports whether gRPC's verbose lines are wanted: those of level 0,
+// when the logger takes Debug.
+func (grpcLog) V(l int) bool {
+	return l <= 0 && libraryLogs.to.Load().Enabled(context.Background(), slog.LevelDebug)
 }

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,94 +20,274 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/hybridlimit/hybridlimit/envoyrls"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// The command serves RLS over gRPC against a private Redis, with its admin
-// listener, and stops cleanly, reporting what it spent.
-func TestRLSServesAndStops(t *testing.T) {
-	srv := redistest.Start(t)
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(`
+// rlsRun is a running `hybridlimit rls`: its gRPC address, its admin base
+// URL ("none" without one), its output, and how to stop it.
+type rlsRun struct {
+	grpc, admin string
+	out         *lockedBuffer
+	stop        func() error // cancels the command and returns what it returned
+}
+
+// startRLS runs `hybridlimit rls args...` until the test ends (or stop),
+// and waits until it listens.
+func startRLS(t *testing.T, args ...string) *rlsRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &rlsRun{out: &lockedBuffer{}}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, append([]string{"rls"}, args...), r.out) }()
+	var once sync.Once
+	var result error
+	r.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(20 * time.Second):
+				result = errors.New("the service did not stop within 20 s")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = r.stop() })
+	// The line that says where it listens, in -log-format text or json.
+	listening := regexp.MustCompile(`msg="rls: listening" grpc=(\S+) admin=(\S+)|"msg":"rls: listening","grpc":"([^"]+)","admin":"([^"]+)"`)
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+		}
+		m := listening.FindStringSubmatch(r.out.String())
+		if m != nil {
+			r.grpc, r.admin = m[1]+m[3], m[2]+m[4]
+		}
+		return m != nil
+	}, 20*time.Second, 5*time.Millisecond, "the service starts: %s", r.out)
+	require.NotEmpty(t, r.grpc, "the service exited: %s", r.out)
+	return r
+}
+
+func (r *rlsRun) client(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// get returns the status and body of the admin listener's path.
+func (r *rlsRun) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(r.admin + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// healthOf is the gRPC health under every name the service reports on.
+func healthOf(t *testing.T, conn *grpc.ClientConn) []healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	var out []healthpb.HealthCheckResponse_ServingStatus
+	for _, name := range envoyrls.HealthServices {
+		hc, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: name})
+		require.NoError(t, err)
+		out = append(out, hc.GetStatus())
+	}
+	return out
+}
+
+var (
+	serving    = []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_SERVING}
+	notServing = []healthpb.HealthCheckResponse_ServingStatus{healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_NOT_SERVING, healthpb.HealthCheckResponse_NOT_SERVING}
+)
+
+// listServices asks the server's reflection service for its services.
+func listServices(conn *grpc.ClientConn) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		return nil, err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	return names, nil
+}
+
+const edgeConfig = `
 domain: edge
 descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 2}
-`), 0o644))
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedBuffer{}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"rls", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:"}, out)
-	}()
-	var grpcAddr, admin string
-	require.Eventually(t, func() bool {
-		m := regexp.MustCompile(`rls listening on grpc (\S+), admin (\S+) \(async mode; 1 rules in 1 domains`).FindStringSubmatch(out.String())
-		if m != nil {
-			grpcAddr, admin = m[1], m[2]
-		}
-		return m != nil
-	}, 10*time.Second, 5*time.Millisecond, "the service starts: %s", out)
+`
 
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	request := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
+func edgeRequest() *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{
 		Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}}
+}
+
+// The command serves RLS over gRPC against a private Redis, with server
+// reflection, the gRPC health and its admin listener, and stops cleanly,
+// reporting what it spent.
+func TestRLSServesAndStops(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeConfig), 0o644))
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:")
+	assert.Regexp(t, `mode=async rules=1 domains=1 `, r.out.String())
+	conn := r.client(t)
+	client := rlsv3.NewRateLimitServiceClient(conn)
 	var got []rlsv3.RateLimitResponse_Code
 	for range 3 {
-		resp, err := client.ShouldRateLimit(ctx, request)
+		resp, err := client.ShouldRateLimit(context.Background(), edgeRequest())
 		require.NoError(t, err)
 		got = append(got, resp.GetOverallCode())
 	}
 	assert.Equal(t, []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT}, got)
-	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
-	require.NoError(t, err)
-	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, hc.GetStatus())
+	assert.Equal(t, serving, healthOf(t, conn))
+	services, err := listServices(conn)
+	require.NoError(t, err, "server reflection, on by default")
+	assert.Subset(t, services, []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"})
 
-	get := func(path string) string {
-		resp, err := http.Get(admin + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	body := get("/metrics")
+	_, body := r.get(t, "/metrics")
 	assert.Contains(t, body, `rate_limit_requests_total{result="limited"} 1`)
 	assert.Contains(t, body, `rate_limit_config_rules 1`)
 	assert.Contains(t, body, `rate_limit_mode{mode="async"} 1`)
 	assert.Contains(t, body, "go_goroutines ")
 	assert.Contains(t, body, "process_open_fds ")
-	assert.Contains(t, get("/rlconfig"), "edge.remote_address: 2/hour")
-	assert.Contains(t, get("/healthz"), `"status":"ok"`)
+	assert.Contains(t, body, `rate_limit_keys_evicted_total 0`)
+	assert.Contains(t, body, `rate_limit_long_keys_total 0`)
+	_, body = r.get(t, "/rlconfig")
+	assert.Contains(t, body, "edge.remote_address: 2/hour")
+	_, body = r.get(t, "/healthz")
+	assert.Contains(t, body, `"status":"ok"`)
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "a clean shutdown")
-	case <-time.After(20 * time.Second):
-		t.Fatal("the service did not stop")
-	}
-	assert.Contains(t, out.String(), "shutting down")
+	require.NoError(t, r.stop(), "a clean shutdown")
+	assert.Contains(t, r.out.String(), "shutting down")
 	// Close reported the spend: Redis holds the counts under the prefix.
 	keys, err := srv.Do("KEYS", "t:*")
 	require.NoError(t, err)
 	assert.NotEmpty(t, keys)
 }
 
-func TestRLSRefusesABadConfig(t *testing.T) {
+func TestRLSReflectionOff(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644))
-	err := run(context.Background(), []string{"rls", "-grpc", "127.0.0.1:0", "-admin", "", "-config", dir}, io.Discard)
-	assert.ErrorContains(t, err, `config: a.yaml: line 4, column 24: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight"`)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeConfig), 0o644))
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-grpc-reflection=false")
+	_, err := listServices(r.client(t))
+	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
+	assert.Equal(t, "none", r.admin)
+}
+
+// A bad configuration at start: by default the service runs, as
+// envoyproxy/ratelimit does, answering every call with an error and
+// reporting NOT_SERVING (gRPC health and /healthz) until a valid one
+// loads; with -config-required it exits.
+func TestRLSStartsWithABadConfig(t *testing.T) {
+	dir := t.TempDir()
+	bad := "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(bad), 0o644))
+	err := run(context.Background(), []string{"rls", "-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-config-required"}, io.Discard)
+	assert.ErrorContains(t, err, `config: edge.yaml: line 4, column 24: descriptors[0].rate_limit.unit: invalid rate limit unit "fortnight"`)
 	err = run(context.Background(), []string{"rls", "-config", filepath.Join(dir, "missing")}, io.Discard)
-	assert.ErrorContains(t, err, "rls:")
+	assert.ErrorContains(t, err, "rls: config: watch", "a directory that does not exist stops it whatever the setting")
+
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir)
+	assert.Contains(t, r.out.String(), `invalid rate limit unit \"fortnight\"`, "the reason is logged")
+	assert.Contains(t, r.out.String(), "rules=0 domains=0")
+	conn := r.client(t)
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	_, err = client.ShouldRateLimit(context.Background(), edgeRequest())
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	assert.Equal(t, notServing, healthOf(t, conn))
+	code, body := r.get(t, "/healthcheck")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, body, `"status":"no configuration"`)
+	_, body = r.get(t, "/metrics")
+	assert.Contains(t, body, `rate_limit_config_rules 0`)
+
+	tmp := filepath.Join(dir, ".edge.yaml")
+	require.NoError(t, os.WriteFile(tmp, []byte(edgeConfig), 0o644))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "edge.yaml")))
+	require.Eventually(t, func() bool {
+		_, err := client.ShouldRateLimit(context.Background(), edgeRequest())
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond, "the first valid configuration is taken")
+	assert.Equal(t, serving, healthOf(t, conn))
+	code, _ = r.get(t, "/healthcheck")
+	assert.Equal(t, http.StatusOK, code)
+	_, body = r.get(t, "/metrics")
+	assert.Contains(t, body, `rate_limit_config_rules 1`)
+	assert.Contains(t, body, `rate_limit_config_reloads_total{result="error"} 1`)
+	require.NoError(t, r.stop())
+}
+
+// Redis unreachable at start: without -fleet-size, under the conservative
+// fallback, the service exits (as envoyproxy/ratelimit does without Redis)
+// and its error names the flag; with it, the service starts degraded,
+// SERVING, and answers from memory.
+func TestRLSRedisDownAtStart(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeConfig), 0o644))
+	dead := deadAddr(t)
+	err := run(context.Background(), []string{"rls", "-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", dead, "-redis-timeout", "100ms"}, io.Discard)
+	require.ErrorIs(t, err, hybrid.ErrRedisUnavailable)
+	assert.ErrorContains(t, err, "-fleet-size (HYBRIDLIMIT_FLEET_SIZE)")
+	assert.NotContains(t, err.Error(), "FleetSize", "the flag, not the library's field")
+
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir, "-redis", dead, "-redis-timeout", "100ms", "-fleet-size", "2")
+	conn := r.client(t)
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), edgeRequest())
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, resp.GetOverallCode())
+	assert.Equal(t, serving, healthOf(t, conn), "degraded, still answering: SERVING")
+	code, body := r.get(t, "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"status":"degraded"`)
+	require.NoError(t, r.stop())
+}
+
+// With -log-format json every line the command writes is a JSON object,
+// go-redis's own lines (a failed dial while Redis is down) included.
+func TestRLSLogsEveryLineAsJSON(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeConfig), 0o644))
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", deadAddr(t), "-redis-timeout", "50ms",
+		"-fleet-size", "1", "-log-format", "json")
+	require.NoError(t, r.stop())
+	lines := strings.Split(strings.TrimSpace(r.out.String()), "\n")
+	fromRedis := 0
+	for _, line := range lines {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "not a JSON line: %q", line)
+		if rec["source"] == "go-redis" {
+			fromRedis++
+		}
+	}
+	assert.Positive(t, fromRedis, "go-redis's lines come through slog: %s", r.out)
 }
 
 // envoyproxy/ratelimit's environment sets the same settings.
@@ -149,11 +333,28 @@ func TestRLSSettingsFromTheirEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, client)
 
-	// Their defaults.
+	// Their defaults, but the admin listener's: on loopback, like the
+	// gateway's (HOST=0.0.0.0 or -admin 0.0.0.0:8080 opens it).
 	s, err = parseRLSFlags(nil, io.Discard, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	assert.Equal(t, "0.0.0.0:8081", s.grpcAddr)
+	assert.Equal(t, "127.0.0.1:8080", s.adminAddr)
 	assert.Equal(t, "/srv/runtime_data/current/config", s.configDir)
+	assert.True(t, s.reflection)
+	assert.False(t, s.configRequired)
+	hc := s.limiterConfig(nil, nil, nil)
+	assert.Equal(t, defaultMaxKeys, hc.MaxKeys)
+	assert.Equal(t, defaultMaxKeys, hc.MaxPending)
+	assert.Equal(t, envoyrls.DefaultMaxKeyBytes, s.maxKeyBytes)
+
+	s, err = parseRLSFlags([]string{"-admin", "0.0.0.0:8080", "-grpc-reflection=false", "-config-required", "-max-keys", "5000", "-max-key-bytes", "64"}, io.Discard,
+		func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0:8080", s.adminAddr)
+	assert.False(t, s.reflection)
+	assert.True(t, s.configRequired)
+	assert.Equal(t, 5000, s.limiterConfig(nil, nil, nil).MaxKeys)
+	assert.Equal(t, 64, s.maxKeyBytes)
 }
 
 func TestRLSSettingsRefused(t *testing.T) {
@@ -169,6 +370,9 @@ func TestRLSSettingsRefused(t *testing.T) {
 		{nil, []string{"-fallback", "maybe"}, `unknown fallback "maybe"`},
 		{nil, []string{"-near-limit-ratio", "2"}, "want a fraction"},
 		{nil, []string{"extra"}, "unexpected arguments"},
+		{nil, []string{"-max-keys", "0"}, "-max-keys 0: want a positive number"},
+		{nil, []string{"-max-key-bytes", "16"}, "-max-key-bytes 16: want at least 32"},
+		{map[string]string{"HYBRIDLIMIT_MAX_KEYS": "many"}, nil, `HYBRIDLIMIT_MAX_KEYS="many": want an integer`},
 	}
 	for _, c := range cases {
 		_, err := parseRLSFlags(c.args, io.Discard, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })

@@ -24,7 +24,8 @@ const DefaultDebounce = 100 * time.Millisecond
 type WatchOptions struct {
 	DirOptions
 	// OnChange is called with each new Config a reload swapped in (not the
-	// first: Current has it when Watch returns).
+	// first: Current has it when Watch returns; with StartWithoutConfig and
+	// a first load that failed, the first that loads).
 	OnChange func(*Config)
 	// OnError is called with the reason a reload kept the current Config:
 	// a bad file (its *Errors name file, line and field) or a directory
@@ -34,6 +35,14 @@ type WatchOptions struct {
 	// changes before it reloads: editors and Kubernetes replace files in
 	// several steps. Zero means DefaultDebounce.
 	Debounce time.Duration
+	// StartWithoutConfig lets Watch return a Watcher when the first load
+	// fails (a bad file, no file): its Current is nil until a load
+	// succeeds, the failure goes to OnError before Watch returns, and the
+	// first Config that loads goes to OnChange. envoyproxy/ratelimit
+	// starts so. A directory that cannot be watched (one that does not
+	// exist) is an error all the same. By default the first load must
+	// succeed.
+	StartWithoutConfig bool
 }
 
 // Watcher keeps the Config of a directory current: it loads the directory,
@@ -69,7 +78,7 @@ type Watcher struct {
 
 // Watch loads the configuration directory dir and watches it until ctx is
 // cancelled or Close is called. It returns an error, and no Watcher, if the
-// first load fails.
+// first load fails, unless opts.StartWithoutConfig.
 func Watch(ctx context.Context, dir string, opts WatchOptions) (*Watcher, error) {
 	if opts.Debounce <= 0 {
 		opts.Debounce = DefaultDebounce
@@ -97,18 +106,23 @@ func Watch(ctx context.Context, dir string, opts WatchOptions) (*Watcher, error)
 	if err == nil {
 		cfg, err = Load(files, opts.Options)
 	}
-	if err != nil {
+	w.sum = fingerprint(files) // a bad first version is reported once, as on a reload
+	switch {
+	case err != nil && !opts.StartWithoutConfig:
 		_ = fsw.Close()
 		return nil, err
+	case err != nil:
+		w.report(err)
+	default:
+		w.cur.Store(cfg)
 	}
-	w.cur.Store(cfg)
-	w.sum = fingerprint(files)
 	ctx, w.cancel = context.WithCancel(ctx)
 	go w.run(ctx)
 	return w, nil
 }
 
-// Current returns the Config in force: never nil.
+// Current returns the Config in force: never nil, except with
+// StartWithoutConfig before the first Config loads.
 func (w *Watcher) Current() *Config { return w.cur.Load() }
 
 // Dir returns the directory watched, as an absolute path.

@@ -168,3 +168,42 @@ func TestReloadReportsToItsCaller(t *testing.T) {
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())
 }
+
+// With StartWithoutConfig a bad directory at start is reported, Current is
+// nil, and the first good version is swapped in and reported as a change;
+// without it, Watch fails.
+func TestWatchStartWithoutConfig(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	_, err := Watch(context.Background(), dir, WatchOptions{})
+	require.ErrorContains(t, err, `invalid rate limit unit "fortnight"`)
+
+	var mu sync.Mutex
+	var errs []error
+	changed := make(chan *Config, 1)
+	w, err := Watch(context.Background(), dir, WatchOptions{
+		StartWithoutConfig: true, Debounce: 5 * time.Millisecond,
+		OnError:  func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() },
+		OnChange: func(c *Config) { changed <- c },
+	})
+	require.NoError(t, err)
+	defer w.Close()
+	assert.Nil(t, w.Current(), "no configuration until one loads")
+	mu.Lock()
+	require.Len(t, errs, 1, "the first load's failure is reported before Watch returns")
+	assert.ErrorContains(t, errs[0], "fortnight")
+	mu.Unlock()
+	assert.NoError(t, w.Reload(), "the same bad version is not reported again")
+
+	write(t, filepath.Join(dir, "a.yaml"), ruleYAML("a", 7))
+	select {
+	case c := <-changed:
+		assert.Equal(t, uint32(7), rpu(c, "a"))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first good version was not swapped in")
+	}
+	assert.Equal(t, uint32(7), rpu(w.Current(), "a"))
+
+	_, err = Watch(context.Background(), filepath.Join(dir, "missing"), WatchOptions{StartWithoutConfig: true})
+	assert.ErrorContains(t, err, "cannot watch the directory", "a directory that does not exist is an error all the same")
+}

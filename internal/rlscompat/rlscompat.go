@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -371,9 +372,20 @@ type Result struct {
 	Err  error
 }
 
+// Headers names the response headers the server under test was told to
+// add (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED with
+// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER). The
+// zero value means headers off: no answer may carry any header.
+type Headers struct {
+	Limit, Remaining, Reset string
+}
+
 // Run runs every case against client, in order, and returns their results.
-// It fails only if ctx ends.
-func Run(ctx context.Context, client rlsv3.RateLimitServiceClient) ([]Result, error) {
+// Every answer's headers are checked too, against headers: none when it is
+// the zero value; else, on every answer with a descriptor under a limit,
+// exactly the three named, for the descriptor closest to its limit (the
+// last one over it, if any). It fails only if ctx ends.
+func Run(ctx context.Context, client rlsv3.RateLimitServiceClient, headers Headers) ([]Result, error) {
 	if err := awayFromBoundary(ctx); err != nil {
 		return nil, err
 	}
@@ -382,7 +394,7 @@ func Run(ctx context.Context, client rlsv3.RateLimitServiceClient) ([]Result, er
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		out = append(out, Result{Case: c, Err: runCase(ctx, client, c)})
+		out = append(out, Result{Case: c, Err: runCase(ctx, client, c, headers)})
 	}
 	return out, nil
 }
@@ -404,7 +416,7 @@ func awayFromBoundary(ctx context.Context) error {
 	return nil
 }
 
-func runCase(ctx context.Context, client rlsv3.RateLimitServiceClient, c Case) error {
+func runCase(ctx context.Context, client rlsv3.RateLimitServiceClient, c Case, headers Headers) error {
 	for i, st := range c.Steps {
 		req := request(st)
 		resp, err := client.ShouldRateLimit(ctx, req)
@@ -416,7 +428,11 @@ func runCase(ctx context.Context, client rlsv3.RateLimitServiceClient, c Case) e
 		case err != nil:
 			return fmt.Errorf("step %d: %w", i+1, err)
 		}
-		if msg := compare(st, resp, time.Now()); msg != "" {
+		now := time.Now()
+		if msg := compare(st, resp, now); msg != "" {
+			return fmt.Errorf("step %d (%s): %s", i+1, describe(st), msg)
+		}
+		if msg := compareHeaders(st, resp, headers, now); msg != "" {
 			return fmt.Errorf("step %d (%s): %s", i+1, describe(st), msg)
 		}
 	}
@@ -513,6 +529,70 @@ func compare(st Step, resp *rlsv3.RateLimitResponse, now time.Time) string {
 		}
 	}
 	return ""
+}
+
+// compareHeaders returns how resp's headers differ from what st wants
+// under headers, "" if they do not. Every header name is checked: none may
+// be empty, and none may be there unless asked for.
+func compareHeaders(st Step, resp *rlsv3.RateLimitResponse, headers Headers, now time.Time) string {
+	got := resp.GetResponseHeadersToAdd()
+	for _, h := range got {
+		if h.GetKey() == "" {
+			return fmt.Sprintf("a header with an empty name (value %q) among %s", h.GetValue(), showHeaders(got))
+		}
+	}
+	// The descriptor closest to its limit, as envoyproxy/ratelimit picks it:
+	// the least remaining among those under a limit, then the last one over
+	// its limit.
+	closest, least := -1, uint32(math.MaxUint32)
+	if headers != (Headers{}) {
+		for i, w := range st.Want {
+			if w.Limit != nil && w.Remaining < least {
+				closest, least = i, w.Remaining
+			}
+			if w.Code == over {
+				closest, least = i, 0
+			}
+		}
+	}
+	if closest < 0 {
+		if len(got) > 0 {
+			return fmt.Sprintf("headers %s, want none", showHeaders(got))
+		}
+		return ""
+	}
+	w := st.Want[closest]
+	secs := unitSeconds(w.Limit.Unit)
+	resetNow := secs - now.Unix()%secs
+	want := []struct{ name, value string }{
+		{headers.Limit, fmt.Sprint(w.Limit.RequestsPerUnit)},
+		{headers.Remaining, fmt.Sprint(w.Remaining)},
+		{headers.Reset, fmt.Sprint(resetNow)},
+	}
+	if len(got) != len(want) {
+		return fmt.Sprintf("headers %s, want %s: %s, %s: %s, %s: about %s", showHeaders(got), want[0].name, want[0].value, want[1].name, want[1].value, want[2].name, want[2].value)
+	}
+	for i, h := range got {
+		if h.GetKey() != want[i].name {
+			return fmt.Sprintf("header %d named %q, want %q (%s)", i, h.GetKey(), want[i].name, showHeaders(got))
+		}
+		if i < 2 && h.GetValue() != want[i].value {
+			return fmt.Sprintf("header %s: %q, want %q", h.GetKey(), h.GetValue(), want[i].value)
+		}
+	}
+	var reset int64
+	if _, err := fmt.Sscan(got[2].GetValue(), &reset); err != nil || reset-resetNow < -2 || reset-resetNow > 2 {
+		return fmt.Sprintf("header %s: %q, want about %d (the rest of the %v window)", got[2].GetKey(), got[2].GetValue(), resetNow, w.Limit.Unit)
+	}
+	return ""
+}
+
+func showHeaders(hs []*corev3.HeaderValue) string {
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%q: %q", h.GetKey(), h.GetValue()))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func describe(st Step) string {

@@ -21,6 +21,7 @@ type sample struct {
 	lat  time.Duration
 	err  bool
 	over bool
+	inst int // the instance asked
 }
 
 // clients are the load's connections: one per goroutine per instance, so
@@ -28,6 +29,11 @@ type sample struct {
 type clients struct {
 	conns []*grpc.ClientConn
 	by    [][]rlsv3.RateLimitServiceClient // [goroutine][instance]
+	// pinned sends each goroutine's calls to one instance only, goroutine g
+	// to instance g mod n, as an Envoy sends all its calls on its one
+	// connection to a rate limit service host; else each goroutine sends
+	// to the instances in turn.
+	pinned bool
 }
 
 func dial(addrs []string, goroutines int) (*clients, error) {
@@ -81,7 +87,8 @@ func hot() request {
 // in turn, and returns every call. Calls time out after timeout. A
 // goroutine that falls behind its schedule skips the calls it missed
 // rather than bursting to catch up, so an overloaded server shows as a
-// throughput below the rate offered.
+// throughput below the rate offered. With c.pinned each goroutine sends to
+// one instance only.
 func drive(ctx context.Context, c *clients, rate float64, dur, timeout time.Duration, mk request, onStart func(time.Time)) []sample {
 	g := len(c.by)
 	out := make([][]sample, g)
@@ -112,11 +119,15 @@ func drive(ctx context.Context, c *clients, rate float64, dur, timeout time.Dura
 				if !now.Before(end) || ctx.Err() != nil {
 					return
 				}
+				target := i % len(inst)
+				if c.pinned {
+					target = w % len(inst)
+				}
 				cctx, cancel := context.WithTimeout(ctx, timeout)
-				resp, err := inst[i%len(inst)].ShouldRateLimit(cctx, mk(w, i))
+				resp, err := inst[target].ShouldRateLimit(cctx, mk(w, i))
 				cancel()
 				out[w] = append(out[w], sample{at: now.Sub(start), lat: time.Since(now), err: err != nil,
-					over: err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT})
+					over: err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, inst: target})
 				if period > 0 {
 					next = next.Add(period)
 					if late := time.Since(next); late > period {

@@ -9,16 +9,32 @@
 //
 //   - ShouldRateLimit p50, p99 and throughput, offered 1,000 requests/s and
 //     up, doubling, then as fast as the clients go (saturation);
+//
 //   - Redis commands (and Redis CPU) per request;
+//
 //   - admitted ÷ limit across 4 instances, one key offered twice its
 //     limit, with the Redis calls per instance per sync interval;
+//
 //   - Redis killed for 10 s under load: errors returned, p99 during the
 //     outage, admitted ÷ limit, and how long after Redis returns each
 //     service is back to normal.
 //
-// It writes a Markdown report (-out) and a plot (-plot). Both services are
-// child processes started from bench/.bin (make rls-peer builds them),
-// configured by the same environment variables: envoyproxy/ratelimit's.
+//   - new keys on sticky streams: 2 and 4 instances, each carrying a key
+//     of its own (100/s, then 10/s) from the client goroutines pinned to it
+//     (as each Envoy holds one connection to a rate limit service host),
+//     admitted ÷ limit a second;
+//
+//   - a flood of distinct 4 KB descriptor values against one instance: its
+//     peak memory, and what it held and evicted;
+//
+//   - one instance at rest, fresh and after a load: CPU a second, memory,
+//     Redis commands a second.
+//
+// -cases picks the runs (all by default). It writes a Markdown report
+// (-out) and a plot (-plot, when the latency and outage runs ran). Both
+// services are child processes started from bench/.bin (make rls-peer
+// builds them), configured by the same environment variables:
+// envoyproxy/ratelimit's.
 package main
 
 import (
@@ -31,6 +47,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,16 +63,26 @@ import (
 const benchDomain = "bench"
 
 // benchConfig is the configuration both services load: a limit per client
-// that the latency runs never reach, and one shared key.
-func benchConfig(hotLimit int) string {
+// that the latency runs never reach, one shared key, the sticky runs' new
+// keys, and the flood's values.
+func benchConfig(hotLimit int, stickyLimits []int) string {
+	var sticky strings.Builder
+	for _, l := range stickyLimits {
+		fmt.Fprintf(&sticky, "  - key: sticky-%d\n    rate_limit: {unit: second, requests_per_unit: %d}\n", l, l)
+	}
 	return fmt.Sprintf(`domain: bench
 descriptors:
   - key: client
     rate_limit: {unit: second, requests_per_unit: 1000000}
   - key: hot
     rate_limit: {unit: second, requests_per_unit: %d}
-`, hotLimit)
+%s  - key: flood
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`, hotLimit, sticky.String())
 }
+
+// allCases are the runs -cases may name, in the order they run.
+var allCases = []string{"latency", "accuracy", "outage", "sticky", "flood", "idle"}
 
 type options struct {
 	bin                   string
@@ -72,11 +99,18 @@ type options struct {
 	syncInterval          time.Duration
 	kinds                 []rlsrun.Kind
 	out, plot             string
+	cases                 map[string]bool
+	stickyInstances       []int
+	stickyLimits          []int
+	stickyFor             time.Duration
+	floodValues           int
+	floodBytes            int
+	idleFor               time.Duration
 }
 
 func main() {
 	var o options
-	var rates, instances, only string
+	var rates, instances, only, cases, stickyInstances, stickyLimits string
 	flag.StringVar(&o.bin, "bin", ".bin", "the directory holding hybridlimit and service_cmd (make rls-peer)")
 	flag.StringVar(&rates, "rates", "1000,2000,4000,8000,16000", "offered loads of the latency runs, requests/s; then one run as fast as the clients go")
 	flag.StringVar(&instances, "instances", "1,2,4", "instance counts of the latency runs")
@@ -93,6 +127,13 @@ func main() {
 	flag.DurationVar(&o.after, "after", 15*time.Second, "load after Redis returns")
 	flag.DurationVar(&o.syncInterval, "sync-interval", 20*time.Millisecond, "hybridlimit's sync interval (HYBRIDLIMIT_SYNC_INTERVAL)")
 	flag.StringVar(&only, "only", "", "run one service only: ours or theirs")
+	flag.StringVar(&cases, "cases", strings.Join(allCases, ","), "the runs to make, comma-separated: "+strings.Join(allCases, ", "))
+	flag.StringVar(&stickyInstances, "sticky-instances", "2,4", "instance counts of the sticky runs")
+	flag.StringVar(&stickyLimits, "sticky-limits", "100,10", "the sticky keys' limits, requests per second (each offered twice its limit), one run each")
+	flag.DurationVar(&o.stickyFor, "sticky-for", 10*time.Second, "duration of each sticky run (whole seconds)")
+	flag.IntVar(&o.floodValues, "flood-values", 200_000, "distinct descriptor values of the flood")
+	flag.IntVar(&o.floodBytes, "flood-bytes", 4096, "bytes of each flood value")
+	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "each window of the idle run")
 	flag.StringVar(&o.out, "out", "rls-results.md", "write the Markdown report here too (\"\" for stdout only)")
 	flag.StringVar(&o.plot, "plot", "../docs/bench-rls.png", "write the plot here (\"\" for none)")
 	flag.Parse()
@@ -103,6 +144,23 @@ func main() {
 		for _, n := range is {
 			o.instances = append(o.instances, int(n))
 		}
+	}
+	if err == nil {
+		var is []float64
+		is, err = floats(stickyInstances)
+		for _, n := range is {
+			o.stickyInstances = append(o.stickyInstances, int(n))
+		}
+	}
+	if err == nil {
+		var ls []float64
+		ls, err = floats(stickyLimits)
+		for _, l := range ls {
+			o.stickyLimits = append(o.stickyLimits, int(l))
+		}
+	}
+	if err == nil {
+		o.cases, err = pickCases(cases)
 	}
 	if err != nil {
 		fatal(err)
@@ -132,6 +190,19 @@ func floats(s string) ([]float64, error) {
 			return nil, fmt.Errorf("%q: want positive numbers, comma-separated", s)
 		}
 		out = append(out, v)
+	}
+	return out, nil
+}
+
+// pickCases parses -cases.
+func pickCases(s string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, c := range strings.Split(s, ",") {
+		c = strings.TrimSpace(c)
+		if !slices.Contains(allCases, c) {
+			return nil, fmt.Errorf("-cases: unknown run %q (want some of %s)", c, strings.Join(allCases, ", "))
+		}
+		out[c] = true
 	}
 	return out, nil
 }
@@ -167,7 +238,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit)}); err != nil {
+	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit, o.stickyLimits)}); err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(root, "services.log"))
@@ -182,6 +253,9 @@ func run(ctx context.Context, o options) error {
 	rep := &report{o: o, started: time.Now(), redis: field(redisVersion, "redis_version"), cpus: runtime.NumCPU(), goVersion: runtime.Version(), loadStart: loadAverage()}
 	for _, kind := range o.kinds {
 		for _, n := range o.instances {
+			if !o.cases["latency"] {
+				break
+			}
 			fmt.Fprintf(os.Stderr, "latency: %v, %d instances\n", kind, n)
 			rows, err := b.sweep(ctx, kind, n)
 			if err != nil {
@@ -191,6 +265,9 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	for _, kind := range o.kinds {
+		if !o.cases["accuracy"] {
+			break
+		}
 		fmt.Fprintf(os.Stderr, "accuracy: %v, %d instances\n", kind, o.fleet)
 		acc, err := b.accuracyRun(ctx, kind)
 		if err != nil {
@@ -199,12 +276,52 @@ func run(ctx context.Context, o options) error {
 		rep.accuracy = append(rep.accuracy, acc)
 	}
 	for _, kind := range o.kinds {
+		if !o.cases["outage"] {
+			break
+		}
 		fmt.Fprintf(os.Stderr, "outage: %v, %d instances, Redis dead for %v\n", kind, o.fleet, o.outage)
 		out, err := b.outageRun(ctx, kind)
 		if err != nil {
 			return fmt.Errorf("%v outage: %w", kind, err)
 		}
 		rep.outages = append(rep.outages, out)
+	}
+	for _, limit := range o.stickyLimits {
+		for _, kind := range o.kinds {
+			for _, n := range o.stickyInstances {
+				if !o.cases["sticky"] {
+					break
+				}
+				progress("sticky: %v, %d instances, a new key of %d/s on each", kind, n, limit)
+				st, err := b.stickyRun(ctx, kind, n, limit)
+				if err != nil {
+					return fmt.Errorf("%v sticky, %d instances: %w", kind, n, err)
+				}
+				rep.sticky = append(rep.sticky, st)
+			}
+		}
+	}
+	for _, kind := range o.kinds {
+		if !o.cases["flood"] {
+			break
+		}
+		progress("flood: %v, %d values of %d bytes", kind, o.floodValues, o.floodBytes)
+		f, err := b.floodRun(ctx, kind)
+		if err != nil {
+			return fmt.Errorf("%v flood: %w", kind, err)
+		}
+		rep.floods = append(rep.floods, f)
+	}
+	for _, kind := range o.kinds {
+		if !o.cases["idle"] {
+			break
+		}
+		progress("idle: %v, %v at rest, twice", kind, o.idleFor)
+		x, err := b.idleRun(ctx, kind)
+		if err != nil {
+			return fmt.Errorf("%v idle: %w", kind, err)
+		}
+		rep.idles = append(rep.idles, x)
 	}
 	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
 	var w io.Writer = os.Stdout
@@ -217,7 +334,7 @@ func run(ctx context.Context, o options) error {
 		w = io.MultiWriter(os.Stdout, f)
 	}
 	rep.write(w)
-	if o.plot != "" {
+	if o.plot != "" && len(rep.sweep) > 0 && len(rep.outages) > 0 {
 		if err := drawPlot(o.plot, rep); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}

@@ -46,7 +46,7 @@ func TestSummariseAndWindow(t *testing.T) {
 }
 
 func TestBenchConfigLoads(t *testing.T) {
-	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500))); err != nil {
+	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500, []int{100, 10}))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := floats("1000,x"); err == nil {
@@ -55,5 +55,15 @@ func TestBenchConfigLoads(t *testing.T) {
 	fs, err := floats("1000, 2000")
 	if err != nil || len(fs) != 2 || fs[1] != 2000 {
 		t.Fatalf("%v %v", fs, err)
+	}
+}
+
+func TestPickCases(t *testing.T) {
+	got, err := pickCases("sticky, idle")
+	if err != nil || len(got) != 2 || !got["sticky"] || !got["idle"] {
+		t.Fatalf("%v %v", got, err)
+	}
+	if _, err := pickCases("sticky,speed"); err == nil {
+		t.Fatal("an unknown run: an error")
 	}
 }

@@ -1,6 +1,7 @@
 // Command rlscompat runs the compatibility suite (internal/rlscompat)
 // against envoyproxy/ratelimit's own service and against hybridlimit rls,
-// side by side, on one private redis-server, and the configuration files
+// side by side, on one private redis-server, each with response headers off
+// and on (every header of every answer checked), and the configuration files
 // that either refuses through both services' loaders:
 //
 //	make rls-compat
@@ -69,21 +70,43 @@ func run(ctx context.Context, binDir string) error {
 	}
 	defer logf.Close()
 
+	// Each service twice: response headers off (both services' default),
+	// then on under names of the operator's; every header of every answer
+	// is checked.
+	on := rlscompat.Headers{Limit: "X-Limit", Remaining: "X-Left", Reset: "X-Reset"}
+	settings := []struct {
+		headers rlscompat.Headers
+		env     []string
+	}{
+		{rlscompat.Headers{}, nil},
+		{on, []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=" + on.Limit, "LIMIT_REMAINING_HEADER=" + on.Remaining, "LIMIT_RESET_HEADER=" + on.Reset}},
+	}
 	results := map[rlsrun.Kind][]rlscompat.Result{}
 	for _, kind := range []rlsrun.Kind{rlsrun.Theirs, rlsrun.Ours} {
-		if err := admin.FlushAll(ctx).Err(); err != nil {
-			return err
+		for _, set := range settings {
+			if err := admin.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
+			in, err := rlsrun.Start(ctx, kind, bins, rlscompat.Domain, rlsrun.Options{Root: root, Redis: srv.Addr(), Env: set.env, Log: logf})
+			if err != nil {
+				return err
+			}
+			res, err := suite(ctx, in.GRPC, set.headers)
+			_ = in.Stop()
+			if err != nil {
+				return fmt.Errorf("%v: %w", kind, err)
+			}
+			if prev := results[kind]; prev != nil {
+				for i := range res { // one verdict a case: the first difference, headers off or on
+					if prev[i].Err != nil {
+						res[i].Err = prev[i].Err
+					} else if res[i].Err != nil {
+						res[i].Err = fmt.Errorf("response headers on: %w", res[i].Err)
+					}
+				}
+			}
+			results[kind] = res
 		}
-		in, err := rlsrun.Start(ctx, kind, bins, rlscompat.Domain, rlsrun.Options{Root: root, Redis: srv.Addr(), Log: logf})
-		if err != nil {
-			return err
-		}
-		res, err := suite(ctx, in.GRPC)
-		_ = in.Stop()
-		if err != nil {
-			return fmt.Errorf("%v: %w", kind, err)
-		}
-		results[kind] = res
 	}
 
 	failed := 0
@@ -130,7 +153,7 @@ func run(ctx context.Context, binDir string) error {
 	return nil
 }
 
-func suite(ctx context.Context, addr string) ([]rlscompat.Result, error) {
+func suite(ctx context.Context, addr string, headers rlscompat.Headers) ([]rlscompat.Result, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
@@ -138,7 +161,7 @@ func suite(ctx context.Context, addr string) ([]rlscompat.Result, error) {
 	defer conn.Close()
 	c, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return rlscompat.Run(c, rlsv3.NewRateLimitServiceClient(conn))
+	return rlscompat.Run(c, rlsv3.NewRateLimitServiceClient(conn), headers)
 }
 
 func verdict(err error) string {
