@@ -25,7 +25,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
-	"github.com/hybridlimit/hybridlimit/middleware"
+	"github.com/hybridlimit/hybridlimit/observe"
 )
 
 // load sends requests from a few goroutines until stop is closed, and
@@ -205,7 +205,7 @@ type sourceCounter struct {
 	remote, local, degraded atomic.Int64
 }
 
-func (c *sourceCounter) ObserveCheck(ev middleware.CheckEvent) {
+func (c *sourceCounter) ObserveCheck(ev observe.CheckEvent) {
 	switch ev.Decision.Source {
 	case hybrid.Remote:
 		c.remote.Add(1)
@@ -216,16 +216,16 @@ func (c *sourceCounter) ObserveCheck(ev middleware.CheckEvent) {
 	}
 }
 
-func (c *sourceCounter) ObserveRequest(middleware.RequestEvent) {}
+func (c *sourceCounter) ObserveRequest(observe.RequestEvent) {}
 
 // waits counts the calls a limiter's decisions made to Redis, on the
-// caller's goroutine: Async's escalations (a request its share could not
-// hold, asked of the fleet) and the decision path's calls (Sync mode). A
+// caller's goroutine: Async's asks (a request its share could not admit,
+// waiting for the fleet) and the decision path's calls (Sync mode). A
 // call that made none decided from memory, whatever the machine made of
 // its latency.
 func waits(lim *hybrid.Limiter) uint64 {
 	s := lim.Stats()
-	return s.Reconcile.Escalations + s.DecisionCalls.Closed + s.DecisionCalls.Probes + s.DecisionCalls.Open
+	return s.Reconcile.Shares.Asks + s.DecisionCalls.Closed + s.DecisionCalls.Probes + s.DecisionCalls.Open
 }
 
 // Redis killed under load and restarted empty, two instances, sticky
