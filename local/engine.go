@@ -299,6 +299,9 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	if owes && res.Allowed && weight > 0 {
 		en.set(flagOwed)
+		if !en.has(flagDue) {
+			sh.press(key, en) // reported once the store is back (TakePressed)
+		}
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)

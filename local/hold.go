@@ -27,15 +27,15 @@ func (shortError) Error() string { return "local: no room in this node's share" 
 // even of the fleet) cannot be decided in this node's share at now. The shard
 // is locked; en's state has been rolled to now.
 func (e *Engine) short(en *entry, p *policy, n int64, now int64) bool {
-	if en.share >= ShareOne && (!en.has(flagContested) || now <= e.validUntil.Load()) {
-		return false // the whole limit is here: the fleet has nothing more to give
-	}
 	if en.has(flagContested) {
 		if en.has(flagEmpty) || now > e.validUntil.Load() {
 			return true // nothing held, or a grant whose lease this node cannot vouch for
 		}
 	} else if pooled(p, en.share) {
 		return true
+	}
+	if en.share >= ShareOne {
+		return false // the whole limit is here: the fleet has nothing more to give
 	}
 	if heavy(p, n, en.share) || p.lim.Algorithm == limit.LeakyBucket && en.share < ShareOne && n > 0 {
 		return true // the meter's one-request burst is whole or nothing
@@ -220,20 +220,28 @@ type Shadow struct {
 	Level, Since int64
 }
 
-// Snapshot returns the share (key, lim) is decided in now (0: none), and
-// its state in the store's units as of now: what the node reports. A key the
-// engine does not hold is made (from the record of its eviction, if it was
-// evicted spent), as AllowN would make it. ok is false for a key or limit
-// that is not valid.
-func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, sh Shadow, ok bool) {
-	held, st, sh, ok = e.snapshot(now, key, lim)
-	return
+// Snap is what a node reports of a key (Snapshot).
+type Snap struct {
+	// Held is the share the key is decided in (0: none), State its state in
+	// the store's units, Shadow a token bucket's shadow.
+	Held   Share
+	State  share.State
+	Shadow Shadow
+	// Owed reports that the node admitted on the key while degraded in a
+	// share the store does not count (Held is that share): other nodes may
+	// have too, each in its own.
+	Owed bool
 }
 
-func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, st share.State, shadow Shadow, ok bool) {
-	shadow = Shadow{Full: -1, Level: -1}
+// Snapshot returns the share (key, lim) is decided in now, and its state in
+// the store's units as of now: what the node reports. A key the engine does
+// not hold is made (from the record of its eviction, if it was evicted
+// spent), as AllowN would make it. ok is false for a key or limit that is
+// not valid.
+func (e *Engine) Snapshot(now int64, key string, lim limit.Limit) (s Snap, ok bool) {
+	s.Shadow = Shadow{Full: -1, Level: -1}
 	if limit.CheckKey(key) != nil {
-		return 0, st, shadow, false
+		return s, false
 	}
 	h := e.hash(key)
 	sh := e.shardOf(h)
@@ -241,7 +249,7 @@ func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, s
 	defer sh.mu.Unlock()
 	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
 	if err != nil {
-		return 0, st, shadow, false
+		return s, false
 	}
 	now = sh.at(now)
 	if !en.pol.lim.Algorithm.IsBucket() {
@@ -251,29 +259,30 @@ func (e *Engine) snapshot(now int64, key string, lim limit.Limit) (held Share, s
 	case en.has(flagOwed):
 		// It admitted while degraded in this share, which the store does
 		// not count: reported as held, the store believes it.
-		held = en.share
+		s.Held, s.Owed = en.share, true
 		en.clear(flagOwed | flagEmpty)
 		en.set(flagContested)
 	case en.has(flagContested) && en.has(flagEmpty):
-		held = 0
+		s.Held = 0
 	case en.has(flagContested):
-		held = en.share
+		s.Held = en.share
 	default:
 		en.setShare(Share(e.newKey.Load()))
-		held = en.share
-		if pooled(en.pol, held) {
-			held = 0
+		s.Held = en.share
+		if pooled(en.pol, s.Held) {
+			s.Held = 0
 		}
 	}
 	if en.pol.lim.Algorithm == limit.TokenBucket {
 		if en.st[0] <= now {
 			// Full, and the shadow (which refills as fast or faster) too.
-			shadow.Full, shadow.Level, shadow.Since = max(en.st[0], 0), 0, now
+			s.Shadow.Full, s.Shadow.Level, s.Shadow.Since = max(en.st[0], 0), 0, now
 		} else {
-			shadow.Level, shadow.Since = max(en.ex-now, 0), en.exSince
+			s.Shadow.Level, s.Shadow.Since = max(en.ex-now, 0), en.exSince
 		}
 	}
-	return held, snapshot(en, now), shadow, true
+	s.State = snapshot(en, now)
+	return s, true
 }
 
 // Replace makes a contested token bucket's state its shadow, in share s:
@@ -373,10 +382,13 @@ func (sh *shard) press(key string, en *entry) {
 }
 
 // Pressed is a key under pressure: in Asks mode, a key whose share had
-// less than half its room left after a request it admitted.
+// less than two requests' room left after a request it admitted; or, Owed,
+// a key admitted on while degraded in a share the store does not count,
+// which the node must report once the store is back.
 type Pressed struct {
 	Key   string
 	Limit limit.Limit
+	Owed  bool
 }
 
 // TakePressed appends to dst, and forgets, the keys under pressure since the
@@ -389,7 +401,7 @@ func (e *Engine) TakePressed(dst []Pressed) []Pressed {
 		for _, d := range sh.due {
 			if d.en.has(flagDue) {
 				d.en.clear(flagDue)
-				dst = append(dst, Pressed{Key: d.key, Limit: d.en.pol.lim})
+				dst = append(dst, Pressed{Key: d.key, Limit: d.en.pol.lim, Owed: d.en.has(flagOwed)})
 			}
 		}
 		clear(sh.due)

@@ -109,8 +109,13 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 	a := &Async{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
 		wakeOps: make(chan struct{}, 1), wakeBeat: make(chan struct{}, 1), wakeTick: make(chan struct{}, 1),
 		ledger: newLedger(cfg.MaxPending)}
+	timeout := cfg.CallTimeout
+	if timeout == 0 {
+		timeout = deps.Breaker.Timeout()
+	}
 	a.sh = NewShares(SharesConfig{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
-		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger}, deps.Engine)
+		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
+		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval}, deps.Engine)
 	a.sh.SetWake(func(w Wake) {
 		if w == WakeBeat {
 			signal(a.wakeBeat)

@@ -56,6 +56,11 @@ type SharesConfig struct {
 	ActiveWindow time.Duration
 	// FleetSize, when positive, is a floor on the fleet's size.
 	FleetSize int
+	// Recovery is how long a node may go on deciding degraded after the
+	// store can be reached again: its circuit breaker's open time and a
+	// call's timeout. The store holds back the share of a node that went
+	// silent that much longer than a lease. Zero means 50 intervals.
+	Recovery time.Duration
 	// Logger receives what changes decisions (a key the store refuses, a
 	// contest the store lost). Nil means slog.Default().
 	Logger *slog.Logger
@@ -72,6 +77,9 @@ func (cfg SharesConfig) withDefaults() SharesConfig {
 	}
 	if cfg.ActiveWindow == 0 {
 		cfg.ActiveWindow = max(50*cfg.Interval, time.Second)
+	}
+	if cfg.Recovery == 0 {
+		cfg.Recovery = 50 * cfg.Interval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -167,7 +175,7 @@ func (s *Shares) SetWake(f func(Wake)) { s.mu.Lock(); s.wake = f; s.mu.Unlock() 
 // Settings returns the parameters every op carries.
 func (s *Shares) Settings() share.Settings {
 	return share.Settings{Lease: share.Duration(s.cfg.Lease), CallWindow: share.Duration(2 * s.cfg.Interval),
-		Cooldown: share.Duration(10 * s.cfg.Interval)}
+		Cooldown: share.Duration(10 * s.cfg.Interval), Recovery: share.Duration(s.cfg.Recovery)}
 }
 
 // Config returns the configuration in force.
@@ -573,13 +581,14 @@ func (s *Shares) NextOps(now int64, limit int) []share.Op {
 func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	in := ks.intents
 	ks.intents = 0
-	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore) == 0 {
+	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore|wantReport) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
-	held, st, shadow, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
+	snap, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
 	if !ok {
 		return nil, false
 	}
+	held, st, shadow := snap.Held, snap.State, snap.Shadow
 	want := ks.want()
 	if ks.params.Kind == share.Meter && len(ks.waiters) > 0 {
 		want = ks.waiters[0].n // a meter passes one request at a time
@@ -627,7 +636,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
 		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
-		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq,
+		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq, Owed: snap.Owed,
 		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
 	if shadow.Full >= 0 {
 		op.Full = share.Micros(shadow.Full)
@@ -846,8 +855,18 @@ func (s *Shares) Tick(now int64) (next int64) {
 	defer s.mu.Unlock()
 	valid := us + 3*interval
 	wake := us + interval
-	s.pressed = s.eng.TakePressed(s.pressed[:0])
+	if !s.eng.Degraded() { // what is owed is reported once the store is back
+		s.pressed = s.eng.TakePressed(s.pressed[:0])
+	} else {
+		s.pressed = s.pressed[:0]
+	}
 	for _, p := range s.pressed {
+		if p.Owed {
+			if ks := s.state(keyLim{p.Key, p.Limit}, true); ks != nil {
+				s.enqueue(ks, wantReport)
+			}
+			continue
+		}
 		ks := s.state(keyLim{p.Key, p.Limit}, true)
 		if ks == nil || ks.op != nil || ks.intents != 0 || ks.deniedUntil > us {
 			continue
@@ -1015,7 +1034,7 @@ func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
 	}
 	g := ks.params.For(soon, st, us)
 	if g < 0 {
-		return 0
+		return share.One // its state could not hold its own demand with the whole limit: nothing to spare
 	}
 	return min(g, share.One)
 }

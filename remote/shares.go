@@ -21,7 +21,7 @@ import (
 // shareArgsPerOp and shareValuesPerOp are shares.lua's per-key argument and
 // reply counts.
 const (
-	shareArgsPerOp   = 26
+	shareArgsPerOp   = 27
 	shareValuesPerOp = 18
 )
 
@@ -45,7 +45,7 @@ func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.shares, args: []any{s.node, set.Lease, set.CallWindow, set.Cooldown}}
+			cur = &call{script: s.scripts.shares, args: []any{s.node, set.Lease, set.CallWindow, set.Cooldown, set.Recovery}}
 			calls = append(calls, cur)
 		}
 		cur.keys = append(cur.keys, asyncKey(s.prefix, op.Limit, op.Key))
@@ -86,7 +86,7 @@ func opArgs(p share.Params, op share.Op) []any {
 	return []any{int(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
 		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), b(op.Serve),
-		op.Seq, op.Full, op.Shadow, op.ShadowSince}
+		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed)}
 }
 
 // readReplies reads one call's reply into the replies of its ops.

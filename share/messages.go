@@ -60,6 +60,11 @@ type Op struct {
 	// Leave: the node stops (it closes). All it holds returns to the pool;
 	// Keep and Want must be zero.
 	Leave bool
+	// Owed: the node admitted while degraded in Held, a share the store did
+	// not count. Every other node of the fleet may have too, each in an
+	// even split: the store holds that back (Unknown) for a lease, until
+	// their own reports say.
+	Owed bool
 	// Seq numbers the op among this node's: a node that got no answer sends
 	// the same op again, and the store, having applied it already, answers
 	// it again as it did instead of applying it twice.
@@ -151,6 +156,12 @@ type Settings struct {
 	// Cooldown is the least time between two calls on one key: an ask that
 	// finds no room after a call's window is refused (NoRoom) until then.
 	Cooldown int64
+	// Recovery is how long a node may go on deciding degraded, in an even
+	// split of its own, after the store can be reached again (its circuit
+	// breaker's open time and a call's timeout): a grant that lapsed
+	// unreported, or a contest the store lost, is held back that much
+	// longer than a lease before the pool lends it again.
+	Recovery int64
 }
 
 // Contest is a contested key's entry in the registry every node reads at its

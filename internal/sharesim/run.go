@@ -366,7 +366,7 @@ func (nd *node) start() {
 	nd.eng = eng
 	nd.off = clock.NewOffset(nd.local())
 	nd.sh = reconcile.NewShares(reconcile.SharesConfig{Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
-		ActiveWindow: sc.ActiveWindow, FleetSize: sc.FleetSize, Logger: quiet}, eng)
+		ActiveWindow: sc.ActiveWindow, FleetSize: sc.FleetSize, Logger: quiet, Recovery: openFor + callTimeout + sc.Interval}, eng)
 	nd.sh.SetWake(func(w reconcile.Wake) {
 		if w == reconcile.WakeBeat {
 			nd.s.at(nd.s.now, func() { nd.gate(nd.beat) })

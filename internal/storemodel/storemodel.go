@@ -173,8 +173,8 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		// it, believed; what the others held is unknown until a lease has
 		// passed, then taken as wholly spent.
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{},
-			Unknown: share.One - held, UnknownUntil: now + set.Lease}
-		h.Records[node] = &Record{Grant: held}
+			Unknown: share.One - held, UnknownUntil: now + set.Lease + set.Recovery}
+		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
 		reply.Lost = true
 	case h == nil && (op.Leave || op.Want <= 0):
 		// Nothing to rebuild and nothing wanted (a call the node answers
@@ -194,7 +194,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			held, keep = 0, 0 // it held nothing of the contest that ended
 		}
 		h.Pool = share.One - h.Reserved - held
-		h.Records[node] = &Record{Grant: held}
+		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
 		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 {
 			h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
 		}
@@ -209,7 +209,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			rec = &Record{}
 			h.Records[node] = rec
 		}
-		rec.Grant = held
+		rec.Grant, rec.LeaseEnd = held, now+set.Lease
 		reply.Lost = true
 	case op.Epoch != h.Epoch:
 		fresh = true
@@ -223,11 +223,19 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		return result{h, reply}
 	}
 
-	// 2. What lapsed.
+	// 2. What lapsed: back to the pool as wholly spent, but for an even
+	// split, held back until the node could have recovered: a node that
+	// did not renew may be deciding degraded in one.
+	even := share.Even(max(op.Fleet, 1))
 	for _, id := range sortedNodes(h.Records) {
 		rec := h.Records[id]
 		if rec.Grant > 0 && rec.LeaseEnd <= now {
-			give(p, h, now, rec.Grant, p.Decay(p.Spent(rec.LeaseEnd), rec.LeaseEnd, now))
+			hold := min(rec.Grant, even)
+			give(p, h, now, rec.Grant-hold, p.Decay(p.Spent(rec.LeaseEnd), rec.LeaseEnd, now))
+			if hold > 0 {
+				h.Unknown += hold
+				h.UnknownUntil = max(h.UnknownUntil, rec.LeaseEnd+set.Recovery)
+			}
 			rec.Grant, rec.Growth = 0, 0
 		}
 	}
@@ -256,7 +264,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			}
 		}
 		if held > take {
-			h.Pool -= held - take
+			over(h, held-take)
 			reply.Over = true
 		}
 		if held > 0 && (op.Full < 0 || op.Full > h.ExSince || keep > 0) {
@@ -269,7 +277,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	default:
 		switch {
 		case held > rec.Grant:
-			h.Pool -= held - rec.Grant
+			over(h, held-rec.Grant)
 			reply.Over = true
 		case held < rec.Grant:
 			d := rec.Grant - held
@@ -282,6 +290,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		rec.Grant = held
 	}
 	rec.Growth = 0
+	if op.Owed {
+		owed(h, node, int64(max(op.Fleet, 1)), now, set)
+	}
 
 	// The creator's shadow, once every node has joined having spent
 	// nothing during it: its split goes back to the pool, which takes the
@@ -469,6 +480,37 @@ func alone(h *Hash, node string) bool {
 
 // maxFails bounds the doubling of the quiet time after failed calls.
 const maxFails = 5
+
+// over takes d, a share a node holds that the store did not count, out of
+// what is held back for such nodes first (Unknown), then out of the pool.
+func over(h *Hash, d int64) {
+	take := min(d, h.Unknown)
+	h.Unknown -= take
+	h.Pool -= d - take
+}
+
+// owed holds back, for a lease, what the other nodes of a fleet of n may
+// hold beyond their grants after deciding degraded, each in an even split:
+// a node reported doing so, and the others' reports may come later.
+func owed(h *Hash, node string, n, now int64, set share.Settings) {
+	even := share.Even(int(n))
+	want, seen := int64(0), int64(0)
+	for _, id := range sortedNodes(h.Records) {
+		if id == node {
+			continue
+		}
+		seen++
+		want += max(even-h.Records[id].Grant, 0)
+	}
+	want += max(n-1-seen, 0) * even
+	if add := min(max(want-h.Unknown, 0), max(h.Pool, 0)); add > 0 {
+		h.Pool -= add
+		h.Unknown += add
+	}
+	if h.Unknown > 0 {
+		h.UnknownUntil = max(h.UnknownUntil, now+set.Lease+set.Recovery)
+	}
+}
 
 // give returns share g in state x (as of now) to the pool.
 func give(p share.Params, h *Hash, now, g int64, x share.State) {

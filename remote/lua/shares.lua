@@ -10,21 +10,23 @@
 --          the creator's shadow, the splits reserved for joins), xn = the creator, r:<node> = each node's
 --          record (grant, lease, the last growth and its state, the last op
 --          and what it was told).
--- ARGV     node, lease µs, call window µs, cooldown µs, then per key 26
+-- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, then
+--          per key 27
 --          values: the limit (kind, interval ns, tolerance ns, capacity,
 --          period µs, rate) and the op (epoch, held, keep, level, window,
 --          count, prev, at, want, asked, need, fleet, pooled, join, leave,
---          serve, seq, full, shadow, shadow since).
+--          serve, seq, full, shadow, shadow since, owed).
 -- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, 0; or for a key that failed: 0, the
 --          error, then 16 zeros.
 local node = ARGV[1]
-local set = {lease = tonumber(ARGV[2]), window = tonumber(ARGV[3]), cooldown = tonumber(ARGV[4])}
+local set = {lease = tonumber(ARGV[2]), window = tonumber(ARGV[3]), cooldown = tonumber(ARGV[4]),
+  recovery = tonumber(ARGV[5])}
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local ONE = 32768
-local PER = 26
+local PER = 27
 local OUT = 18
 local DONE, WAIT, CALL, NOROOM, ENDED = 0, 1, 2, 3, 4
 local BUCKET, FIXED, SLIDING, METER = 0, 1, 2, 3
@@ -329,6 +331,34 @@ local function short(p, h, id)
   return NOROOM, h.quiet
 end
 
+-- A share a node holds that the store did not count: out of what is held
+-- back for such nodes first, then out of the pool.
+local function over(h, d)
+  local take = math.min(d, h.unknown)
+  h.unknown = h.unknown - take
+  h.pool = h.pool - (d - take)
+end
+
+-- Hold back, for a lease, what the other nodes may hold beyond their grants
+-- after deciding degraded, each in an even split.
+local function owed(h, id, n)
+  local e = even(n)
+  local want, seen = 0, 0
+  for _, other in ipairs(h.ids) do
+    if other ~= id then
+      seen = seen + 1
+      want = want + math.max(e - h.recs[other].grant, 0)
+    end
+  end
+  want = want + math.max(n - 1 - seen, 0) * e
+  local add = math.min(math.max(want - h.unknown, 0), math.max(h.pool, 0))
+  if add > 0 then
+    h.pool = h.pool - add
+    h.unknown = h.unknown + add
+  end
+  if h.unknown > 0 then h.unknownUntil = math.max(h.unknownUntil, now + set.lease + set.recovery) end
+end
+
 local function cap(h)
   local total = h.pool + h.unknown + h.reserved + granted(h)
   if total > ONE then h.pool = h.pool - (total - ONE) end
@@ -348,8 +378,9 @@ local function apply(k, p, op)
   local isFresh = false
   if h == nil and op.epoch ~= 0 and held > 0 and not op.leave then
     h = newHash(p, now)
-    h.unknown, h.unknownUntil = ONE - held, now + set.lease
-    record(h, node).grant = held
+    h.unknown, h.unknownUntil = ONE - held, now + set.lease + set.recovery
+    local r0 = record(h, node)
+    r0.grant, r0.leaseEnd = held, now + set.lease
     r.lost = 1
   elseif h == nil and (op.leave or op.want <= 0) then
     r.outcome = ENDED
@@ -363,7 +394,8 @@ local function apply(k, p, op)
     end
     if op.epoch ~= 0 then held, keep = 0, 0 end
     h.pool = ONE - h.reserved - held
-    record(h, node).grant = held
+    local r0 = record(h, node)
+    r0.grant, r0.leaseEnd = held, now + set.lease
     if op.epoch == 0 and not op.pooled and op.shadow >= 0 then
       h.exNode, h.exSince, h.exOK = node, op.shadowSince, true
     end
@@ -371,7 +403,8 @@ local function apply(k, p, op)
     local take = math.min(held, h.unknown)
     h.unknown = h.unknown - take
     h.pool = h.pool - (held - take)
-    record(h, node).grant = held
+    local r0 = record(h, node)
+    r0.grant, r0.leaseEnd = held, now + set.lease
     r.lost = 1
   elseif op.epoch ~= h.epoch then
     isFresh = true
@@ -388,11 +421,19 @@ local function apply(k, p, op)
     return r
   end
 
-  -- 2. What lapsed.
+  -- 2. What lapsed: back to the pool as wholly spent, but for an even
+  -- split, held back until the node could have recovered (it may be
+  -- deciding degraded in one).
+  local e = even(math.max(op.fleet, 1))
   for _, id in ipairs(h.ids) do
     local rec = h.recs[id]
     if rec.grant > 0 and rec.leaseEnd <= now then
-      give(p, h, rec.grant, decay(p, spent(p, rec.leaseEnd), rec.leaseEnd, now))
+      local hold = math.min(rec.grant, e)
+      give(p, h, rec.grant - hold, decay(p, spent(p, rec.leaseEnd), rec.leaseEnd, now))
+      if hold > 0 then
+        h.unknown = h.unknown + hold
+        h.unknownUntil = math.max(h.unknownUntil, rec.leaseEnd + set.recovery)
+      end
       rec.grant, rec.growth = 0, 0
       h.dirty[id] = true
     end
@@ -418,14 +459,14 @@ local function apply(k, p, op)
       end
     end
     if held > take then
-      h.pool = h.pool - (held - take)
+      over(h, held - take)
       r.over = 1
     end
     if held > 0 and (op.full < 0 or op.full > h.exSince or keep > 0) then h.exOK = false end
   else
     rec = record(h, node)
     if held > rec.grant then
-      h.pool = h.pool - (held - rec.grant)
+      over(h, held - rec.grant)
       r.over = 1
     elseif held < rec.grant then
       local d = rec.grant - held
@@ -438,6 +479,7 @@ local function apply(k, p, op)
     rec.grant = held
   end
   rec.growth = 0
+  if op.owed then owed(h, node, math.max(op.fleet, 1)) end
 
   -- The creator's shadow.
   if h.exOK and node == h.exNode and h.joins == 0 and op.shadow >= 0 and op.shadowSince >= h.exSince and
@@ -527,12 +569,13 @@ local function apply(k, p, op)
 end
 
 for i = 1, #KEYS do
-  local a = 4 + (i - 1) * PER
+  local a = 5 + (i - 1) * PER
   local n = function(j) return tonumber(ARGV[a + j]) end
   local p = {kind = n(1), interval = n(2), tolerance = n(3), capacity = n(4), period = n(5), rate = n(6)}
   local op = {epoch = n(7), held = n(8), keep = n(9), state = {level = n(10), window = n(11), count = n(12), prev = n(13)},
     at = n(14), want = n(15), asked = n(16), need = n(17), fleet = n(18), pooled = n(19) == 1, join = n(20) == 1,
-    leave = n(21) == 1, serve = n(22) == 1, seq = n(23), full = n(24), shadow = n(25), shadowSince = n(26)}
+    leave = n(21) == 1, serve = n(22) == 1, seq = n(23), full = n(24), shadow = n(25), shadowSince = n(26),
+    owed = n(27) == 1}
   local ok, res = pcall(apply, KEYS[i], p, op)
   if ok then
     emit({1, res.outcome, res.epoch, res.grant, res.growth, res.pool.level, res.pool.window, res.pool.count,
