@@ -65,14 +65,20 @@ rls-compat: tools rls-peer
 bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench
 
-## verify: the fleet checker's long randomized run (about 10 minutes): VERIFY_COUNT scenarios drawn from
-## seeds VERIFY_SEED on (0: from the clock), each a fleet of real limiters against a private redis-server,
-## some killed, paused or slowed; prints the scenarios and windows checked, the largest excess over the
-## bound, the refusals of compliant traffic, and a replay command for each failed seed
+## verify: the long randomized runs. First the simulation (internal/sharesim, ~3 min): SIM_COUNT scenarios
+## (10,000) from seed SIM_FROM, every node, clock, round trip and fault of Async mode's share protocol
+## simulated from the seed, each checked on both sides (the bound, and compliant traffic admitted whole);
+## then the fleet checker (about 40 minutes): VERIFY_COUNT scenarios drawn from seeds VERIFY_SEED on (0: from
+## the clock), each a fleet of real limiters against a private redis-server, some killed, paused or slowed.
+## Each prints what it checked, the largest excess over the bound, the refusals of compliant traffic, and a
+## replay command for each failed seed
+SIM_COUNT ?= 10000
+SIM_FROM ?= 1
 VERIFY_COUNT ?= 240
 VERIFY_SEED ?= 0
 verify: tools
-	$(GO) test -count=1 -timeout 60m -run 'TestVerify$$' -v ./internal/fleetcheck \
+	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -sim.from=$(SIM_FROM)
+	$(GO) test -count=1 -timeout 90m -run 'TestVerify$$' -v ./internal/fleetcheck \
 		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
 
 vet:

@@ -62,6 +62,7 @@ func (e *Engine) Restart(now int64, key string, lim limit.Limit) bool {
 	now = sh.clamp(now)
 	if en.pol.lim.Algorithm.IsBucket() {
 		en.st[0], en.st[2] = 0, 0 // st[1] caches the share's interval
+		en.ex, en.exSince = 0, now
 	} else {
 		en.st = [3]int64{en.pol.index(now), 0, 0}
 	}

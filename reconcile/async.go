@@ -115,7 +115,7 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 	}
 	a.sh = NewShares(SharesConfig{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
 		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
-		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval}, deps.Engine)
+		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Spent: a.spent}, deps.Engine)
 	a.sh.SetWake(func(w Wake) {
 		if w == WakeBeat {
 			signal(a.wakeBeat)
@@ -124,6 +124,16 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 		}
 	})
 	return a, nil
+}
+
+// spent counts spend the protocol took from the engine into the ledger.
+func (a *Async) spent(s local.Spend) {
+	if !a.cfg.Ledger {
+		return
+	}
+	if lost := a.ledger.add(s.Key, s.Limit, s.Spent, a.deps.Clock.Now()); lost > 0 {
+		a.stats.lost.Add(uint64(lost))
+	}
 }
 
 // signal wakes whoever waits on c, without blocking.
@@ -265,10 +275,11 @@ func (a *Async) send(ctx context.Context) error {
 			err = nil // every op's key refused: each reply says so
 		}
 		unreachable := errors.Is(err, breaker.ErrOpen) || a.deps.Breaker.State() == breaker.Open
+		got := replies // the closure's variable stays as it is: a call abandoned at its timeout still reads it
 		if err != nil {
-			replies = nil
+			got = nil
 		}
-		a.sh.OpsDone(ops, replies, err, unreachable, a.now())
+		a.sh.OpsDone(ops, got, err, unreachable, a.now())
 		if err != nil {
 			return err
 		}
@@ -384,6 +395,7 @@ func (a *Async) Flush(ctx context.Context) error {
 func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 	now := a.deps.Clock.Now()
 	taken := a.deps.Engine.TakeSpend(nil)
+	a.sh.Took(taken)
 	lost := a.ledger.take(taken, now)
 	if d := a.deps.Engine.Dropped(); d > a.ledger.dropped {
 		lost += int64(d - a.ledger.dropped)

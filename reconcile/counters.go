@@ -35,8 +35,6 @@ type counter struct {
 	pressure     bool  // a request was denied or escalated since the last report
 	backoff      uint8 // pressure reports that changed nothing in a row
 	nextPressure int   // the round before which pressure alone does not report
-	grant        int64 // the share Redis last granted, in 1/remote.GrantOne
-	leaseEnd     int64 // when the grant lapses (Unix ns, Redis's clock); 0 if none
 	orphan       bool  // spend of an evicted key or a window left behind: report soon
 	faulted      bool  // Redis refused the key: decided under the fallback until retried
 	retryAt      int   // for a faulted key, the round to try it again

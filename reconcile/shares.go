@@ -56,6 +56,10 @@ type SharesConfig struct {
 	ActiveWindow time.Duration
 	// FleetSize, when positive, is a floor on the fleet's size.
 	FleetSize int
+	// Spent, if set, is told of the spend the protocol takes from the
+	// engine with a key's demand (the ledger's, which Async keeps), under
+	// the protocol's lock.
+	Spent func(local.Spend)
 	// Recovery is how long a node may go on deciding degraded after the
 	// store can be reached again: its circuit breaker's open time and a
 	// call's timeout. The store holds back the share of a node that went
@@ -512,9 +516,32 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 		return
 	}
 	s.resets[kl] = at
+	s.forgive(kl)
 	if !first {
 		s.eng.Restart(share.Nanos(now), kl.key, kl.lim)
 		s.stats.resets.Add(1)
+	}
+}
+
+// forgive forgets that the fleet had no room for kl: it was reset. s.mu is
+// held.
+func (s *Shares) forgive(kl keyLim) {
+	if ks := s.keys[kl]; ks != nil {
+		ks.deniedUntil, ks.refused, ks.retryAt = 0, 0, 0
+	}
+}
+
+// Took gives back the demand a take of the engine's spend carried (the
+// ledger's, Async.sendLedger): the keys the protocol follows keep counting
+// it in their rate.
+func (s *Shares) Took(spend []local.Spend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range spend {
+		if ks := s.keys[keyLim{t.Key, t.Limit}]; ks != nil && t.Hits > 0 {
+			ks.hits += t.Hits
+			ks.lastUse = max(ks.lastUse, share.Micros(t.Since))
+		}
 	}
 }
 
@@ -528,6 +555,7 @@ func (s *Shares) Reset(now int64, key string, lim limit.Limit, at int64) {
 	defer s.mu.Unlock()
 	us := share.Micros(at)
 	s.resets[kl] = max(s.resets[kl], us)
+	s.forgive(kl)
 	s.eng.Restart(now, key, lim)
 	s.calls = append(s.calls, share.Contest{Key: key, Limit: lim, Expiry: us + share.Duration(s.cfg.ActiveWindow), Reset: us})
 	if s.wake != nil {
@@ -615,8 +643,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	case in&wantRenew != 0:
 		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
 	}
-	if in&^wantGive == 0 && keep >= int64(held) {
-		return nil, false // a call it has nothing to give back to
+	if in&^wantGive == 0 && held == 0 {
+		return nil, false // a call it holds nothing of
 	}
 	need := int64(0)
 	if want > 0 || in&(wantRenew|wantMore) != 0 && keep > 0 {
@@ -968,6 +996,9 @@ func (s *Shares) updateRate(ks *keyState, us int64) {
 	var taken [2]local.Spend
 	got := s.eng.TakeKey(share.Nanos(us), ks.kl.key, ks.kl.lim, taken[:0])
 	for _, t := range got {
+		if t.Spent > 0 && s.cfg.Spent != nil {
+			s.cfg.Spent(t)
+		}
 		ks.hits += t.Hits
 		if t.Hits > 0 {
 			ks.lastUse = max(ks.lastUse, share.Micros(t.Since)) // the engine's: when last asked for

@@ -8,7 +8,7 @@ import (
 
 var (
 	seedFlag  = flag.Int64("seed", 1, "the scenario TestReplay plays")
-	countFlag = flag.Int("sim.count", 300, "how many scenarios TestSearch plays")
+	countFlag = flag.Int("sim.count", 40, "how many scenarios TestSearch plays (make verify: 10,000)")
 	fromFlag  = flag.Int64("sim.from", 1, "the first seed TestSearch plays")
 )
 

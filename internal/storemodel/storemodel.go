@@ -80,6 +80,10 @@ type Record struct {
 	Outcome          share.Outcome
 	Until            int64
 	Served, ServedAt int64
+	// Hold is the even split held back for the node after its grant
+	// lapsed unreported (it may be deciding degraded in one), until
+	// HoldUntil or until it reports what it holds.
+	Hold, HoldUntil int64
 }
 
 // entry is a registry entry.
@@ -232,11 +236,13 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if rec.Grant > 0 && rec.LeaseEnd <= now {
 			hold := min(rec.Grant, even)
 			give(p, h, now, rec.Grant-hold, p.Decay(p.Spent(rec.LeaseEnd), rec.LeaseEnd, now))
-			if hold > 0 {
-				h.Unknown += hold
-				h.UnknownUntil = max(h.UnknownUntil, rec.LeaseEnd+set.Recovery)
-			}
+			rec.Hold += hold
+			rec.HoldUntil = max(rec.HoldUntil, rec.LeaseEnd+set.Recovery)
 			rec.Grant, rec.Growth = 0, 0
+		}
+		if rec.Hold > 0 && rec.HoldUntil <= now {
+			give(p, h, now, rec.Hold, p.Decay(p.Spent(rec.HoldUntil), rec.HoldUntil, now))
+			rec.Hold = 0
 		}
 	}
 	if h.Unknown > 0 && h.UnknownUntil <= now {
@@ -275,6 +281,8 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Records[node] = rec
 		fallthrough
 	default:
+		rec.Grant += rec.Hold // what was held back for it: what it says it holds settles it
+		rec.Hold = 0
 		switch {
 		case held > rec.Grant:
 			over(h, held-rec.Grant)
@@ -409,7 +417,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 func short(p share.Params, h *Hash, now int64, node string, set share.Settings) (share.Outcome, int64) {
 	others := false
 	for id, rec := range h.Records {
-		if id != node && rec.Grant > 0 {
+		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
 			others = true
 			break
 		}
@@ -426,9 +434,12 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		return share.NoRoom, now + set.Cooldown
 	case h.CallAt != 0 && now-h.CallAt < set.CallWindow:
 		return share.Wait, 0 // the call's answers are still coming
+	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
+		return share.Wait, 0 // a node holding a grant has not answered the call yet
 	case now >= h.Quiet:
-		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < 2*set.CallWindow {
-			// The last call came back without the room: the fleet has
+		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow {
+			// Every node holding a grant answered the last call (or was
+			// given its time), and the room did not come: the fleet has
 			// none to give until later.
 			h.Fails = min(h.Fails+1, maxFails)
 			h.Quiet = now + set.Cooldown<<h.Fails
@@ -440,11 +451,26 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 	return share.NoRoom, h.Quiet
 }
 
+// callWait is how many call windows an ask waits for the nodes holding
+// grants to answer a call before the call counts as failed.
+const callWait = 4
+
+// answered reports whether every node but node that holds a grant has
+// reported since the last call.
+func answered(h *Hash, node string) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 && rec.GrowthAt < h.CallAt {
+			return false
+		}
+	}
+	return true
+}
+
 // granted is the sum of the records' grants.
 func granted(h *Hash) int64 {
 	g := int64(0)
 	for _, rec := range h.Records {
-		g += rec.Grant
+		g += rec.Grant + rec.Hold
 	}
 	return g
 }
@@ -452,7 +478,7 @@ func granted(h *Hash) int64 {
 // holders reports whether a node other than node holds a grant of h.
 func holders(h *Hash, node string) bool {
 	for id, rec := range h.Records {
-		if id != node && rec.Grant > 0 {
+		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
 			return true
 		}
 	}
@@ -471,7 +497,7 @@ func until(p share.Params, g, w int64, x share.State, now int64, set share.Setti
 // alone reports whether no node but node holds a grant of h.
 func alone(h *Hash, node string) bool {
 	for id, rec := range h.Records {
-		if id != node && rec.Grant > 0 {
+		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
 			return false
 		}
 	}
@@ -500,7 +526,7 @@ func owed(h *Hash, node string, n, now int64, set share.Settings) {
 			continue
 		}
 		seen++
-		want += max(even-h.Records[id].Grant, 0)
+		want += max(even-h.Records[id].Grant-h.Records[id].Hold, 0)
 	}
 	want += max(n-1-seen, 0) * even
 	if add := min(max(want-h.Unknown, 0), max(h.Pool, 0)); add > 0 {

@@ -31,8 +31,9 @@ local OUT = 18
 local DONE, WAIT, CALL, NOROOM, ENDED = 0, 1, 2, 3, 4
 local BUCKET, FIXED, SLIDING, METER = 0, 1, 2, 3
 local MAXFAILS = 5
+local CALLWAIT = 4
 local META = '<ddddddddddddddddd'
-local REC = '<ddddddddddddd'
+local REC = '<ddddddddddddddd'
 local out = {now}
 
 local function emit(v)
@@ -210,7 +211,7 @@ local function load(k)
       local id = string.sub(f, 3)
       h.recs[id] = {grant = r[1], leaseEnd = r[2], growth = r[3],
         growthState = {level = r[4], window = r[5], count = r[6], prev = r[7]}, growthAt = r[8],
-        seq = r[9], outcome = r[10], untl = r[11], served = r[12], servedAt = r[13]}
+        seq = r[9], outcome = r[10], untl = r[11], served = r[12], servedAt = r[13], hold = r[14], holdUntil = r[15]}
       h.ids[#h.ids + 1] = id
     end
   end
@@ -234,7 +235,7 @@ end
 
 local function newRec()
   return {grant = 0, leaseEnd = 0, growth = 0, growthState = {level = 0, window = 0, count = 0, prev = 0}, growthAt = 0,
-    seq = 0, outcome = 0, untl = 0, served = 0, servedAt = 0}
+    seq = 0, outcome = 0, untl = 0, served = 0, servedAt = 0, hold = 0, holdUntil = 0}
 end
 
 local function record(h, id)
@@ -258,7 +259,8 @@ local function save(k, h)
     local r = h.recs[id]
     args[#args + 1] = 'r:' .. id
     args[#args + 1] = struct.pack(REC, r.grant, r.leaseEnd, r.growth, r.growthState.level, r.growthState.window,
-      r.growthState.count, r.growthState.prev, r.growthAt, r.seq, r.outcome, r.untl, r.served, r.servedAt)
+      r.growthState.count, r.growthState.prev, r.growthAt, r.seq, r.outcome, r.untl, r.served, r.servedAt, r.hold,
+      r.holdUntil)
   end
   redis.call('HSET', k, unpack(args))
   redis.call('PEXPIREAT', k, math.ceil(h.expiry / 1000))
@@ -284,14 +286,14 @@ end
 
 local function holders(h, id)
   for _, other in ipairs(h.ids) do
-    if other ~= id and h.recs[other].grant > 0 then return true end
+    if other ~= id and (h.recs[other].grant > 0 or h.recs[other].hold > 0) then return true end
   end
   return false
 end
 
 local function granted(h)
   local g = 0
-  for _, id in ipairs(h.ids) do g = g + h.recs[id].grant end
+  for _, id in ipairs(h.ids) do g = g + h.recs[id].grant + h.recs[id].hold end
   return g
 end
 
@@ -308,6 +310,15 @@ local function untilOf(p, g, w, x)
   return now + set.cooldown
 end
 
+-- Every node but id holding a grant has reported since the last call.
+local function answered(h, id)
+  for _, other in ipairs(h.ids) do
+    local r = h.recs[other]
+    if other ~= id and r.grant > 0 and r.growthAt < h.callAt then return false end
+  end
+  return true
+end
+
 local function short(p, h, id)
   local others = holders(h, id)
   if h.joins > 0 and h.callAt == 0 then
@@ -319,8 +330,10 @@ local function short(p, h, id)
     return NOROOM, now + set.cooldown
   elseif h.callAt ~= 0 and now - h.callAt < set.window then
     return WAIT, 0
+  elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * set.window and not answered(h, id) then
+    return WAIT, 0
   elseif now >= h.quiet then
-    if h.callAt ~= 0 and h.callAt >= h.quiet and now - h.callAt < 2 * set.window then
+    if h.callAt ~= 0 and h.callAt >= h.quiet and now - h.callAt < CALLWAIT * set.window then
       h.fails = math.min(h.fails + 1, MAXFAILS)
       h.quiet = now + set.cooldown * 2 ^ h.fails
       return NOROOM, h.quiet
@@ -347,7 +360,7 @@ local function owed(h, id, n)
   for _, other in ipairs(h.ids) do
     if other ~= id then
       seen = seen + 1
-      want = want + math.max(e - h.recs[other].grant, 0)
+      want = want + math.max(e - h.recs[other].grant - h.recs[other].hold, 0)
     end
   end
   want = want + math.max(n - 1 - seen, 0) * e
@@ -430,11 +443,14 @@ local function apply(k, p, op)
     if rec.grant > 0 and rec.leaseEnd <= now then
       local hold = math.min(rec.grant, e)
       give(p, h, rec.grant - hold, decay(p, spent(p, rec.leaseEnd), rec.leaseEnd, now))
-      if hold > 0 then
-        h.unknown = h.unknown + hold
-        h.unknownUntil = math.max(h.unknownUntil, rec.leaseEnd + set.recovery)
-      end
+      rec.hold = rec.hold + hold
+      rec.holdUntil = math.max(rec.holdUntil, rec.leaseEnd + set.recovery)
       rec.grant, rec.growth = 0, 0
+      h.dirty[id] = true
+    end
+    if rec.hold > 0 and rec.holdUntil <= now then
+      give(p, h, rec.hold, decay(p, spent(p, rec.holdUntil), rec.holdUntil, now))
+      rec.hold = 0
       h.dirty[id] = true
     end
   end
@@ -465,6 +481,7 @@ local function apply(k, p, op)
     if held > 0 and (op.full < 0 or op.full > h.exSince or keep > 0) then h.exOK = false end
   else
     rec = record(h, node)
+    rec.grant, rec.hold = rec.grant + rec.hold, 0
     if held > rec.grant then
       over(h, held - rec.grant)
       r.over = 1

@@ -173,7 +173,7 @@ type idle struct {
 
 // idleWindow is what an instance cost over a window with no call.
 type idleWindow struct {
-	cpuPerSec     time.Duration // CPU time a second
+	cpuEachSecond time.Duration // CPU time a second
 	rss           int64         // resident set at the end, bytes
 	redisCmds     float64       // Redis commands a second (inside scripts included)
 	redisUsPerSec float64       // Redis CPU a second, µs
@@ -214,7 +214,7 @@ func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind) (idle, error) {
 			return idleWindow{}, err
 		}
 		return idleWindow{
-			cpuPerSec: time.Duration(float64(after.CPU-before.CPU) / took.Seconds()), rss: after.RSS,
+			cpuEachSecond: time.Duration(float64(after.CPU-before.CPU) / took.Seconds()), rss: after.RSS,
 			redisCmds: float64(rs.Calls) / took.Seconds(), redisUsPerSec: float64(rs.Usec) / took.Seconds(),
 		}, nil
 	}
@@ -322,7 +322,7 @@ func (r *report) writeIdle(w io.Writer) {
 			name string
 			w    idleWindow
 		}{{"fresh", x.fresh}, {"after a load", x.loaded}} {
-			fmt.Fprintf(w, "| %v | %s | %s | %s | %.0f | %.0f |\n", x.kind, row.name, ms(row.w.cpuPerSec), mib(row.w.rss), row.w.redisCmds, row.w.redisUsPerSec)
+			fmt.Fprintf(w, "| %v | %s | %s | %s | %.0f | %.0f |\n", x.kind, row.name, ms(row.w.cpuEachSecond), mib(row.w.rss), row.w.redisCmds, row.w.redisUsPerSec)
 		}
 	}
 }
