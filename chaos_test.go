@@ -232,7 +232,7 @@ func runScenario(t *testing.T, sc scenario) {
 
 	// 5. The spend is in Redis: flush every node, then read the audit key.
 	consumed := flushAndAudit(t, nodes, e.direct, e.prefix)
-	requests := int64(total.Offered)
+	requests := audited(t, nodes) // what the ledger must hold
 	if sc.wipes {
 		after := int64(0)
 		for _, b := range tl.Fleet() {

@@ -373,6 +373,11 @@ func (l *Limiter) ask(ctx context.Context, now int64, key string, lim Limit, n i
 	waited := false
 	for {
 		ans := l.async.Ask(ctx, now, asked, key, lim, n, deadline)
+		if l.closed.Load() {
+			// Close began while it waited: it is refused, as the limiter
+			// stops (its node gave its shares back).
+			return Decision{Result: limit.Result{Limit: lim, RetryAfter: l.cfg.SyncInterval}, Source: Local}, nil
+		}
 		switch ans.Verdict {
 		case reconcile.Unreachable:
 			return l.degraded(key, lim, n)

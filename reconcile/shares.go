@@ -1018,7 +1018,8 @@ func (s *Shares) updateRate(ks *keyState, us int64) {
 	if ks.rate == 0 {
 		a = 1
 	}
-	ks.rate += a * (float64(ks.hits)/dt - ks.rate)
+	ks.recent = float64(ks.hits) / dt
+	ks.rate += a * (ks.recent - ks.rate)
 	ks.rateAt, ks.hits = us, 0
 }
 
@@ -1056,9 +1057,12 @@ func (s *Shares) oneShare(ks *keyState) int64 {
 // call that brings back too little means the fleet has no room to give.
 // s.mu is held.
 func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
+	s.updateRate(ks, us)
 	soon := ks.want()
 	if ks.lastUse >= us-share.Duration(s.cfg.Interval)/2 {
-		soon += int64(math.Ceil(ks.rate * float64(s.cfg.Interval) / float64(time.Second))) // still asked for
+		// Still asked for: what the last interval's demand would take over
+		// the next two (the average lags a demand that just fell).
+		soon += int64(math.Ceil(2 * ks.recent * float64(s.cfg.Interval) / float64(time.Second)))
 	}
 	if soon == 0 {
 		return 0

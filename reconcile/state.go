@@ -34,14 +34,14 @@ func (p phase) String() string { return [...]string{"even", "held"}[p] }
 type intent uint8
 
 const (
-	wantJoin  intent = 1 << iota // answer a call: report the even split (or the grant of a lost contest)
-	wantGive                     // give back what it can spare (a call)
-	wantIdle                     // give back everything: the key is idle here
-	wantRenew                    // renew the lease of a grant in use
-	wantAsk                      // requests wait for room
-	wantMore                     // its demand outruns its share: room before a request is short
-	wantLeave                    // the node closes: everything back to the pool
-	wantReport                   // it admitted while degraded in a share the store does not count: report what it holds
+	wantJoin   intent = 1 << iota // answer a call: report the even split (or the grant of a lost contest)
+	wantGive                      // give back what it can spare (a call)
+	wantIdle                      // give back everything: the key is idle here
+	wantRenew                     // renew the lease of a grant in use
+	wantAsk                       // requests wait for room
+	wantMore                      // its demand outruns its share: room before a request is short
+	wantLeave                     // the node closes: everything back to the pool
+	wantReport                    // it admitted while degraded in a share the store does not count: report what it holds
 )
 
 // keyLim names a key's state: one per (key, limit).
@@ -85,6 +85,7 @@ type keyState struct {
 	// average), rateAt when it was last updated (µs); lastUse is when it
 	// was last asked for (µs); maxWeight the heaviest request seen.
 	rate            float64
+	recent          float64 // the demand over the last fold alone: what spare() keeps for
 	rateAt, lastUse int64
 	hits            int64 // demand taken since rateAt, not yet folded into rate
 	maxWeight       int64

@@ -47,7 +47,7 @@ func ledgerOf(key string, lim limit.Limit) string {
 	if lim.Algorithm.IsBucket() {
 		tag += "/" + strconv.FormatInt(lim.Capacity(), 10)
 	}
-	return ledgerPrefix + "a" + algorithmTags[lim.Algorithm] + ":{" + key + "}:" + tag
+	return ledgerPrefix + "l" + algorithmTags[lim.Algorithm] + ":{" + key + "}:" + tag
 }
 
 // ledger reads Redis's records of spend. It is safe for concurrent use.
