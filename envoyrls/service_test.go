@@ -213,7 +213,7 @@ func TestLongValuesCountApart(t *testing.T) {
 	assert.EqualValues(t, 4, r.svc.LongKeys())
 
 	_, err := envoyrls.New(envoyrls.Config{Limiter: r.lim, Rules: static(t, twoRules), MaxKeyBytes: 31})
-	assert.ErrorContains(t, err, "max key bytes 31")
+	assert.ErrorContains(t, err, "Config.MaxKeyBytes 31", "the error names the field and its value")
 }
 
 // Before a configuration loads, every call is answered Unavailable and the

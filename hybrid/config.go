@@ -128,7 +128,7 @@ type Config struct {
 	// evicted key never comes back with a burst it had used, while the
 	// keys evicted spent within their refill time number at most MaxKeys
 	// (beyond, the records turning fresh first are forgotten and counted in
-	// Stats().EvictionsForgotten). Zero means 1,048,576. About 200 bytes of
+	// Stats().EvictionsForgotten). Zero means 1,048,576. About 215 bytes of
 	// live heap a key held (keys of up to 16 bytes), and 32 more for the
 	// records once keys are evicted; a process holds up
 	// to about twice its live heap under Go's default GOGC, garbage not yet

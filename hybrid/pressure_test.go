@@ -239,7 +239,7 @@ func liveHeap() uint64 {
 
 // A flood of random keys through an outage, with MaxKeys 10,000 and
 // MaxPending 20,000 (make pressure floods as fast as the machine goes, for
-// a minute). The budget is what hybrid.Config documents: about 200
+// a minute). The budget is what hybrid.Config documents: about 215
 // bytes a key held (MaxKeys), about 150 a key with unreported spend
 // (MaxPending), over the heap of the idle limiter. Once Redis is back and
 // the node drained and closed, the heap is back within twice what it was
@@ -257,7 +257,7 @@ func memoryThroughAnOutage(t *testing.T, ledger bool) {
 	srv := redistest.Start(t)
 	const (
 		maxKeys, maxPending = 10_000, 20_000
-		perKey, perPending  = 200, 150
+		perKey, perPending  = 215, 150
 	)
 	outage := outageFor(t)
 	l, err := hybrid.New(hybrid.Config{Redis: srv.Client(t, shortTimeouts), Prefix: "mem:", MaxKeys: maxKeys, MaxPending: maxPending,

@@ -266,13 +266,14 @@ func BenchmarkMemoryAsyncNode(b *testing.B) {
 
 // TestMemoryPerKeyUnderAFlood holds the engine to its memory budget, the
 // size hybrid.Config's MaxKeys documents for an Async node's keys: about
-// 200 bytes a key held (198 were measured; a million keys in 200 MiB), and
-// 32 more for the records of keys evicted (230). A quarter of the default
-// MaxKeys, so that the suite stays quick (a million keys took 39 s under
-// the race detector); BenchmarkMemoryAsyncNode measures the default.
+// 215 bytes a key held, and 32 more for the records of keys evicted (the
+// measured figures are in docs/benchmarks.md, "Memory: a million keys";
+// the bounds below leave a small margin over them). A quarter of the
+// default MaxKeys, so that the suite stays quick (a million keys took 39 s
+// under the race detector); BenchmarkMemoryAsyncNode measures the default.
 func TestMemoryPerKeyUnderAFlood(t *testing.T) {
 	m := measureNodeMemory(t, DefaultMaxKeys/4)
 	t.Logf("%.1f B/key held, %.1f B/key after a flood; the heap peaked at %d MiB", m.heldPerKey, m.floodPerKey, m.peak>>20)
-	assert.LessOrEqual(t, m.heldPerKey, 210.0, "held")
-	assert.LessOrEqual(t, m.floodPerKey, 245.0, "after a flood")
+	assert.LessOrEqual(t, m.heldPerKey, 220.0, "held")
+	assert.LessOrEqual(t, m.floodPerKey, 252.0, "after a flood")
 }

@@ -3,9 +3,10 @@ package local
 import "github.com/hybridlimit/hybridlimit/limit"
 
 // entry is one (key, limit)'s state. It is 64 bytes, one allocation size
-// class, which with the LRU's own element and map slot keeps a million keys
-// well under 200 MiB; do not grow it without measuring
-// (BenchmarkMemoryPerKey, TestMemoryPerKeyUnderAFlood).
+// class, which with the LRU's own element and map slot makes a key cost
+// about 215 bytes (docs/benchmarks.md, "Memory: a million keys"); do not
+// grow it without measuring (BenchmarkMemoryPerKey,
+// TestMemoryPerKeyUnderAFlood).
 type entry struct {
 	st [3]int64 // algorithm state: each algorithm's file says what the words hold
 	// ex and exSince are a token bucket's shadow in Asks mode (hold.go):

@@ -204,32 +204,46 @@ func TestWatch(t *testing.T) {
 	assert.Equal(t, 1.0, v)
 }
 
-// TestLimiterCollectorAsync watches an Async limiter on a private Redis:
-// rounds, keys sent, the fleet, the breaker closed; then Redis dies and the
-// limiter goes degraded, its breaker opens, errors count.
+// TestLimiterCollectorAsync watches an Async limiter on a private Redis,
+// in a fleet of two: rounds, ops sent, asks and calls, the fleet, the
+// breaker closed; then Redis dies and the limiter goes degraded, its
+// breaker opens, errors count.
 func TestLimiterCollectorAsync(t *testing.T) {
 	srv := redistest.Start(t)
 	r, reg := newRecorder(t, Options{})
-	l := newLimiter(t, hybrid.Config{Redis: srv.Client(t, shortTimeouts), SyncInterval: 5 * time.Millisecond, BreakerOpenFor: time.Minute})
+	cfg := hybrid.Config{Redis: srv.Client(t, shortTimeouts), SyncInterval: 5 * time.Millisecond, BreakerOpenFor: time.Minute}
+	l := newLimiter(t, cfg)
 	require.NoError(t, r.Watch(l))
-	for i := range 5 {
-		// Each key is asked twice its limit: denied, so the node wants more
-		// of it and reports it (a key it decides alone costs Redis nothing).
-		for range 2 {
-			_, err := l.Allow(bg, fmt.Sprintf("k%d", i), hybrid.PerHour(1))
-			require.NoError(t, err)
-		}
-	}
+	// Another node: a node alone holds the whole of every limit, decides
+	// every request in it and has nobody to ask, so it sends Redis nothing
+	// but its heartbeat.
+	cfg.Redis = srv.Client(t, shortTimeouts)
+	other := newLimiter(t, cfg)
 	metric := func(name string, labels ...string) float64 {
 		v, ok := value(t, reg, name, labels...)
 		require.True(t, ok, "%s%v", name, labels)
 		return v
 	}
 	require.Eventually(t, func() bool {
+		return metric("rate_limit_fleet_nodes") == 2 && other.Stats().Reconcile.Nodes == 2
+	}, 5*time.Second, 5*time.Millisecond, "each node sees the other")
+	for i := range 5 {
+		// Each key is asked twice, its limit being 2: the node's even split
+		// (1) cannot admit the second, so it asks the fleet for room, an op
+		// sent to Redis (a key decided in the node's share costs Redis
+		// nothing), and calls the other node, which holds the rest.
+		for range 2 {
+			_, err := l.Allow(bg, fmt.Sprintf("k%d", i), hybrid.PerHour(2))
+			require.NoError(t, err)
+		}
+	}
+	require.Eventually(t, func() bool {
 		return metric("rate_limit_sync_keys_sent_total") >= 5 && metric("rate_limit_sync_rounds_total") >= 3
 	}, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 1.0, metric("rate_limit_mode", "mode", "async"))
-	assert.Equal(t, 1.0, metric("rate_limit_fleet_nodes"))
+	assert.Equal(t, 2.0, metric("rate_limit_fleet_nodes"))
+	assert.GreaterOrEqual(t, metric("rate_limit_sync_asks_total"), 5.0, "a request short of room on each key")
+	assert.Positive(t, metric("rate_limit_sync_calls_total"), "the other node was asked to give back what it spares")
 	assert.Equal(t, 1.0, metric("rate_limit_breaker_state", "state", "closed"))
 	assert.Equal(t, 0.0, metric("rate_limit_breaker_state", "state", "open"))
 	assert.Equal(t, 0.0, metric("rate_limit_degraded"))

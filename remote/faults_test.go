@@ -226,10 +226,22 @@ func TestEvictedKeys(t *testing.T) {
 // volatile-lru, allkeys-lfu) evicts the least recently used first, never
 // the key in use. Decisions here name no estimate (as the hybrid limiter's
 // Sync decisions do, which restores a key found gone while its node knew it
-// had spent), and Redis samples every key (maxmemory-samples 64) so that
-// its choice is the policy's, not the sample's. Redis's LRU clock counts
-// whole seconds: the other client's data is written a second before, so
-// that it is older than the key in use by Redis's measure.
+// had spent). Redis's LRU clock counts whole seconds: the other client's
+// data is written a second before, so that it is older than the key in use
+// by Redis's measure.
+//
+// How often the key in use goes is not fixed. Redis needs room every nine
+// or ten decisions, and picks what to evict from a sample of the keys with
+// a time to live (maxmemory-samples 64, the most it takes): with a few
+// hundred such keys the sample holds the key in use only some of the
+// times, more often early while there are fewer keys. 9 to 18 evictions of
+// it were seen in 300 decisions, and a run whose samples missed it for over
+// 100 decisions admitted 194, not 300. So the test looks before each
+// decision whether the key is gone, and holds the limiter to what that
+// implies rather than to a count of admissions: the key in use was evicted
+// again and again, and each time the decision after started from a fresh
+// burst (admitting at least what a fresh burst holds up to the next
+// eviction), which an exact limiter never would.
 func TestVolatileTTLEvictsTheKeysInUseFirst(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
@@ -246,9 +258,27 @@ func TestVolatileTTLEvictsTheKeysInUseFirst(t *testing.T) {
 				require.NoError(t, c.Set(bg, fmt.Sprint("old:", i), strings.Repeat("v", 20<<10), 24*time.Hour).Err())
 			}
 			time.Sleep(1100 * time.Millisecond)
-			lim := limit.Per(100, time.Hour) // a burst of 100, and no refill to speak of during the test
-			admitted := 0
-			for i := range 300 {
+			const burst, decisions = 100, 300
+			lim := limit.Per(burst, time.Hour) // no refill to speak of during the test
+			hot := redisKey(s.prefix, lim, "hot")
+			// gone: the decisions before which the key in use was found
+			// evicted (it lives at least 36 s once written, longer than
+			// the test). fresh: what an exact bucket admits if each of them
+			// starts from a fresh burst, as an evicted key does; the least
+			// the limiter can admit, evictions Redis makes during a
+			// decision's own script (unseen here) only adding to it.
+			admitted, fresh, last := 0, 0, 0
+			var gone []int
+			for i := range decisions {
+				if i > 0 {
+					n, err := c.Exists(bg, hot).Result()
+					require.NoError(t, err)
+					if n == 0 {
+						gone = append(gone, i)
+						fresh += min(burst, i-last)
+						last = i
+					}
+				}
 				d, err := s.AllowN(bg, "hot", lim, 1)
 				require.NoError(t, err)
 				if d.Allowed {
@@ -257,14 +287,19 @@ func TestVolatileTTLEvictsTheKeysInUseFirst(t *testing.T) {
 				// More of it: each write needs room.
 				require.NoError(t, c.Set(bg, fmt.Sprint("new:", i), strings.Repeat("v", 2<<10), 24*time.Hour).Err())
 			}
+			fresh += min(burst, decisions-last)
 			evicted, err := s.EvictedKeys(bg)
 			require.NoError(t, err)
 			require.Positive(t, evicted, "Redis was full and made room")
-			t.Logf("%s: %d of 300 admitted where 100 are allowed; %d keys evicted", tc.policy, admitted, evicted)
+			t.Logf("%s: %d of %d admitted where %d are allowed; %d keys evicted, the key in use %d times (before decisions %v)",
+				tc.policy, admitted, decisions, burst, evicted, len(gone), gone)
 			if tc.over {
-				assert.Greater(t, admitted, 200, "the key in use was evicted, again and again")
+				assert.GreaterOrEqual(t, len(gone), 5, "the key in use was evicted again and again")
+				assert.GreaterOrEqual(t, admitted, fresh, "each eviction of the key in use gave it a fresh burst")
+				assert.Greater(t, admitted, burst, "the limiter admitted over its limit")
 			} else {
-				assert.Equal(t, 100, admitted, "the key in use was kept")
+				assert.Empty(t, gone, "the key in use was kept")
+				assert.Equal(t, burst, admitted, "the limit held")
 			}
 		})
 	}
