@@ -363,6 +363,7 @@ func (a *Async) AskWait() time.Duration { return a.sh.Config().AskWait }
 // ctx's deadline.
 func (a *Async) Flush(ctx context.Context) error {
 	a.sh.Leave()
+	a.ledger.beginFlush()
 	err := a.retry(ctx, func() error {
 		if err := a.send(ctx); err != nil {
 			return err
@@ -412,7 +413,7 @@ func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 			"lost_total", a.stats.lost.Load(), "max_pending", a.cfg.MaxPending)
 	}
 	for {
-		entries := a.ledger.entries(a.cfg.BatchSize)
+		entries := a.ledger.entries(a.cfg.BatchSize, flush)
 		if len(entries) == 0 {
 			return nil
 		}

@@ -11,19 +11,26 @@ import (
 
 // ledger is what this node admitted on each key, in running totals Redis
 // applies idempotently (remote.Store.AddToLedgers): a total sent twice, its
-// answer lost the first time, counts once. It is bounded: beyond max keys,
-// the weight of a new key is dropped, counted and logged, never silently.
+// answer lost the first time, counts once. A total Redis acknowledged is
+// kept, and sent again whole when the node flushes: a Redis that lost what
+// it acknowledged (a failover to a replica the write had not reached)
+// takes it again, and one that has it takes nothing. It is bounded: beyond
+// max keys, acknowledged totals are forgotten first; only when every total
+// is still owed is the weight of a new key dropped, counted and logged,
+// never silently.
 type ledger struct {
 	mu      sync.Mutex
 	m       map[keyLim]*tally
 	max     int
 	epoch   int64  // the last epoch handed out
 	dropped uint64 // the engine's dropped spend last seen
+	flushes int64  // flushes begun: a tally resent in this one has sent == flushes
 }
 
 // tally is one key's running total.
 type tally struct {
 	epoch, total, acked int64
+	sent                int64 // the flush it was last sent whole in
 	last                time.Time
 	inflight            bool
 }
@@ -38,7 +45,14 @@ func (l *ledger) get(kl keyLim, now time.Time) *tally {
 		return t
 	}
 	if len(l.m) >= l.max {
-		return nil
+		for kl, t := range l.m {
+			if t.acked >= t.total && !t.inflight {
+				delete(l.m, kl) // Redis has it: its epoch ends here
+			}
+		}
+		if len(l.m) >= l.max {
+			return nil
+		}
 	}
 	// Epochs grow across keys and across restarts of the node: Redis keeps
 	// a node's two latest per key.
@@ -71,27 +85,37 @@ func (l *ledger) take(spend []local.Spend, now time.Time) (lost int64) {
 	return lost
 }
 
-// entries returns up to most tallies Redis has not acknowledged (zero: all),
-// marked in flight.
-func (l *ledger) entries(most int) []remote.LedgerEntry {
+// beginFlush starts a flush: every total is to be sent whole once more.
+func (l *ledger) beginFlush() {
+	l.mu.Lock()
+	l.flushes++
+	l.mu.Unlock()
+}
+
+// entries returns up to most tallies (zero: all), marked in flight: those
+// Redis has not acknowledged, and with flushing those not yet sent whole in
+// this flush. Each is sent with its whole total: Redis adds only what it
+// has not applied of the epoch.
+func (l *ledger) entries(most int, flushing bool) []remote.LedgerEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []remote.LedgerEntry
 	for kl, t := range l.m {
-		if t.total <= t.acked || t.inflight {
+		owed := t.total > t.acked || flushing && t.sent != l.flushes && t.total > 0
+		if !owed || t.inflight {
 			continue
 		}
 		if most > 0 && len(out) >= most {
 			break
 		}
 		t.inflight = true
-		out = append(out, remote.LedgerEntry{Key: kl.key, Limit: kl.lim, Epoch: t.epoch, Total: t.total, Acked: t.acked})
+		out = append(out, remote.LedgerEntry{Key: kl.key, Limit: kl.lim, Epoch: t.epoch, Total: t.total})
 	}
 	return out
 }
 
-// acked records what Redis applied of entries (errs: each one's fault),
-// forgets tallies wholly acknowledged, and returns the first fault.
+// acked records what Redis applied of entries (errs: each one's fault), and
+// returns the first fault.
 func (l *ledger) acked(entries []remote.LedgerEntry, errs []error) (fault error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -106,9 +130,7 @@ func (l *ledger) acked(entries []remote.LedgerEntry, errs []error) (fault error)
 		t.inflight = false
 		if errs[i] == nil {
 			t.acked = max(t.acked, e.Total)
-		}
-		if t.acked >= t.total && errs[i] == nil {
-			delete(l.m, keyLim{e.Key, e.Limit}) // a new tally starts a new epoch: Redis keeps this one's total
+			t.sent = l.flushes
 		}
 	}
 	return fault
