@@ -104,10 +104,13 @@ type Config struct {
 	// Conservative.
 	Fallback Fallback
 	// FleetSize, when set, is the number of nodes sharing the limits: in
-	// degraded mode each enforces the limit divided by it. Zero means the
-	// number last seen active in Redis. A node that starts while Redis is
-	// down has seen nothing: with StartDegraded and the Conservative
-	// fallback it needs FleetSize to start at all.
+	// degraded mode each enforces the limit divided by it, and in Async
+	// mode no node's even split of a key is larger than one over it (a
+	// node that has not yet heard every other's first heartbeat may
+	// otherwise divide by a smaller fleet). Zero means the most nodes seen
+	// active in Redis within the active window. A node that starts while
+	// Redis is down has seen nothing: with StartDegraded and the
+	// Conservative fallback it needs FleetSize to start at all.
 	FleetSize int
 	// RedisTimeout bounds each decision's call to Redis in Sync mode: no
 	// decision waits longer, whatever the client's own timeouts. Zero means
@@ -143,17 +146,18 @@ type Config struct {
 	// about 2 KiB while a flood fills it. In Async mode without Ledger,
 	// keys decided alone never wait here.
 	MaxPending int
-	// MaxReports bounds the keys one reconciliation round reports, the most
-	// pressing first (denied and too-heavy requests, leases to renew, spend
-	// past its threshold, then spend of evicted keys), so that however many
-	// keys a node holds, the keys under pressure are reconciled on time.
-	// Zero means 8,000.
+	// MaxReports bounds the keys one reconciliation round reports in Sync
+	// mode, the most pressing first (keys under pressure, leases to renew,
+	// spend past its threshold, then spend of evicted keys), so that however
+	// many keys a node holds, the keys under pressure are reconciled on
+	// time. Zero means 8,000. Async mode sends each key's op when it is
+	// ready, in batches, and does not use it.
 	MaxReports int
-	// Lease is how long a share of a key that Redis grants this node holds
-	// before it lapses back to an even split of the fleet, unless the node
-	// renews it while using the key. Shares granted never add up to more
-	// than the whole limit among leases that have not lapsed. Zero means 50
-	// intervals, at least 1 s.
+	// Lease is how long a grant of a contested key (Async mode) holds
+	// unless the node renews it while using the key: the node stops using
+	// it two intervals before its end, and Redis then takes it back into
+	// the key's pool, as wholly spent. Grants never add up to more than the
+	// whole limit (docs/protocol.md). Zero means 50 intervals, at least 1 s.
 	Lease time.Duration
 	// Ledger keeps, in Async mode, every key's ledger in Redis: what the
 	// fleet admitted on it, read back with remote.Store.AsyncLedger, for
@@ -162,7 +166,7 @@ type Config struct {
 	// the key is in use, about 6 µs of Redis CPU each, and one per key the
 	// node still holds when it closes). Without it, which is the default, a
 	// key no node needs more than its even share of costs Redis nothing,
-	// and only contested keys' reports reach Redis.
+	// and only contested keys' ops reach Redis.
 	Ledger bool
 	// LedgerTTL is how long a key's ledger in Redis (what the fleet admitted
 	// on it, Async mode with Ledger) lives after the last weight added to it:
@@ -179,8 +183,9 @@ type Config struct {
 	// breaker is open, nor one the fleet is known to have no room for.
 	AskWait time.Duration
 	// ShortLease is how long a share larger than an even split of the fleet
-	// holds: how soon a node that took most of a key gives way to nodes
-	// that join it. Zero means 5 intervals, at least a tenth of Lease.
+	// holds in the leases of Sync mode's reconciliation. Async mode's grants
+	// hold for Lease and do not use it. Zero means 5 intervals, at least a
+	// tenth of Lease.
 	ShortLease time.Duration
 	// Node names this node in Redis. Zero means host name, process id and a
 	// random suffix.
