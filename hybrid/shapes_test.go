@@ -84,7 +84,7 @@ func TestShapeWeightedRequests(t *testing.T) {
 	assert.LessOrEqual(t, float64(worst), fleetsim.AsyncBound(rate, burst, 10*time.Millisecond, 10*time.Millisecond, 4, time.Second))
 	// A request of the whole burst needs the whole fleet's room: the nodes
 	// give their shares back to the pool, which serves it. It waits for
-	// that (at most Config.EscalationWait), and passes at a useful rate.
+	// that (at most Config.AskWait), and passes at a useful rate.
 	assert.GreaterOrEqual(t, total, 1700, "at least a third of what an exact limiter admits")
 
 	win := hybrid.PerSecond(100).WithAlgorithm(hybrid.FixedWindow)

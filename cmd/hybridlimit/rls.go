@@ -54,6 +54,7 @@ type rlsSettings struct {
 	fallback                      hybrid.Fallback
 	syncInterval, decisionTimeout time.Duration
 	fleetSize                     int
+	askWait                       time.Duration
 
 	shadowMode, quotaMode, headers bool
 	headerNames                    envoyrls.Headers
@@ -195,6 +196,7 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	}
 	fs.DurationVar(&s.syncInterval, "sync-interval", e.duration("HYBRIDLIMIT_SYNC_INTERVAL", hybrid.DefaultSyncInterval), "async mode: time between reconciliations with Redis (env HYBRIDLIMIT_SYNC_INTERVAL)")
 	fs.DurationVar(&s.decisionTimeout, "decision-timeout", e.duration("HYBRIDLIMIT_REDIS_TIMEOUT", hybrid.DefaultRedisTimeout), "sync mode: the longest a decision waits on Redis before deciding from memory (env HYBRIDLIMIT_REDIS_TIMEOUT)")
+	fs.DurationVar(&s.askWait, "ask-wait", e.duration("HYBRIDLIMIT_ASK_WAIT", defaultRLSAskWait), "async mode: the longest a check beyond its instance's share waits for the fleet to make room, kept under Envoy's 20 ms timeout; negative: never wait (env HYBRIDLIMIT_ASK_WAIT)")
 	fs.IntVar(&s.fleetSize, "fleet-size", e.integer("HYBRIDLIMIT_FLEET_SIZE", 0), "instances sharing the limits, to divide them by while Redis is down; 0: as last seen in Redis (env HYBRIDLIMIT_FLEET_SIZE)")
 
 	fs.BoolVar(&s.shadowMode, "shadow-mode", e.boolean("SHADOW_MODE", false), "never answer OVER_LIMIT overall, while counting (env SHADOW_MODE)")
@@ -556,13 +558,18 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 func (s *rlsSettings) limiterConfig(client redis.UniversalClient, log *slog.Logger, onRound func(hybrid.RoundInfo)) hybrid.Config {
 	return hybrid.Config{
 		Redis: client, Prefix: s.prefix, Mode: s.mode, Fallback: s.fallback, SyncInterval: s.syncInterval,
-		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, StartDegraded: true, Logger: log, OnRound: onRound,
+		RedisTimeout: s.decisionTimeout, FleetSize: s.fleetSize, AskWait: s.askWait, StartDegraded: true, Logger: log, OnRound: onRound,
 		MaxKeys: s.maxKeys, MaxPending: s.maxKeys,
 	}
 }
 
 // startError is the error of a limiter that could not start, in the
 // command's terms: a Redis unreachable at start, under the conservative
+// defaultRLSAskWait is how long a check beyond its instance's share waits
+// for the fleet by default: well under the 20 ms Envoy's rate limit filter
+// gives a call by default, so a check that waits still answers in time.
+const defaultRLSAskWait = 10 * time.Millisecond
+
 // fallback without -fleet-size, names the flag (the library's error names
 // its Config field).
 func (s *rlsSettings) startError(err error) error {

@@ -1,5 +1,5 @@
 // Package storemodel is a Go model of the store's side of Async mode's share
-// protocol: what remote's scripts (contest.lua, fleet.lua) do in Redis, op
+// protocol: what remote's scripts (shares.lua, registry.lua) do in Redis, op
 // for op, in the same integer and float64 arithmetic, on an explicit clock.
 // The simulation runs it in place of Redis; a conformance test holds it to
 // the real scripts on a real redis-server, answer for answer.
@@ -134,7 +134,7 @@ func (m *Model) Keys(now int64) int {
 	return n
 }
 
-// Op applies node's op at now (µs) and returns the reply, as contest.lua
+// Op applies node's op at now (µs) and returns the reply, as shares.lua
 // does for one key.
 func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) share.Reply {
 	p, ok := share.ParamsOf(op.Limit)
