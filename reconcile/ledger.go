@@ -25,6 +25,10 @@ type ledger struct {
 	epoch   int64  // the last epoch handed out
 	dropped uint64 // the engine's dropped spend last seen
 	flushes int64  // flushes begun: a tally resent in this one has sent == flushes
+	// settled lists keys whose totals Redis acknowledged whole, oldest
+	// first, for a full ledger to forget (each checked again when popped:
+	// one may have been added to since).
+	settled []keyLim
 }
 
 // tally is one key's running total.
@@ -44,15 +48,15 @@ func (l *ledger) get(kl keyLim, now time.Time) *tally {
 	if t, ok := l.m[kl]; ok {
 		return t
 	}
+	for len(l.m) >= l.max && len(l.settled) > 0 {
+		old := l.settled[0]
+		l.settled = l.settled[1:]
+		if t := l.m[old]; t != nil && t.acked >= t.total && !t.inflight {
+			delete(l.m, old) // Redis has it whole: its epoch ends here
+		}
+	}
 	if len(l.m) >= l.max {
-		for kl, t := range l.m {
-			if t.acked >= t.total && !t.inflight {
-				delete(l.m, kl) // Redis has it: its epoch ends here
-			}
-		}
-		if len(l.m) >= l.max {
-			return nil
-		}
+		return nil
 	}
 	// Epochs grow across keys and across restarts of the node: Redis keeps
 	// a node's two latest per key.
@@ -131,7 +135,23 @@ func (l *ledger) acked(entries []remote.LedgerEntry, errs []error) (fault error)
 		if errs[i] == nil {
 			t.acked = max(t.acked, e.Total)
 			t.sent = l.flushes
+			if t.acked >= t.total {
+				l.settled = append(l.settled, keyLim{e.Key, e.Limit})
+			}
 		}
+	}
+	if len(l.settled) > 2*l.max {
+		// Keys settled again and again are listed as often: keep each once,
+		// if it is still settled.
+		kept := make([]keyLim, 0, len(l.m))
+		seen := make(map[keyLim]bool, len(l.m))
+		for _, kl := range l.settled {
+			if t := l.m[kl]; t != nil && t.acked >= t.total && !seen[kl] {
+				seen[kl] = true
+				kept = append(kept, kl)
+			}
+		}
+		l.settled = kept
 	}
 	return fault
 }
