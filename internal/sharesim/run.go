@@ -129,7 +129,12 @@ func (m ModelStore) Ops(now int64, node string, set share.Settings, ops []share.
 
 // Run plays sc on the Go model and returns its record.
 func Run(sc *Scenario) *Record {
-	return RunOn(sc, ModelStore{storemodel.New(share.Duration(sc.ActiveWindow))})
+	m := storemodel.New(share.Duration(sc.ActiveWindow))
+	rec := RunOn(sc, ModelStore{m})
+	for _, l := range m.Leaks {
+		rec.Errors = append(rec.Errors, "store: "+l)
+	}
+	return rec
 }
 
 // RunOn plays sc against store and returns its record.

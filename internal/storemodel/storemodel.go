@@ -8,6 +8,7 @@
 package storemodel
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -26,6 +27,12 @@ type Model struct {
 	members map[string]int64 // node → µs of its last beat
 	entries map[string]*entry
 	stamp   int64 // the last change stamp handed out
+
+	// Leaks describes the first ops after which a hash's shares (the
+	// pool, the unknown, the reserved and every grant and hold) added up
+	// to less than the whole limit: share lost for good, which the fleet
+	// can never admit again. The simulation fails a scenario with any.
+	Leaks []string
 }
 
 // kl names a (key, limit).
@@ -143,11 +150,20 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	}
 	k := kl{op.Key, op.Limit}
 	h := m.Hash(now, op.Key, op.Limit)
+	var before int64 = -1
+	if h != nil {
+		before = h.Pool + h.Unknown + h.Reserved + granted(h)
+	}
 	r := apply(p, h, now, node, set, op)
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
 		m.keys[k] = r.hash
+		nh := r.hash
+		if total := nh.Pool + nh.Unknown + nh.Reserved + granted(nh); total < share.One && len(m.Leaks) < 10 {
+			m.Leaks = append(m.Leaks, fmt.Sprintf("%s [%v] at %d: node %s op %+v left the shares adding up to %d of %d (before: %d); reply %+v",
+				op.Key, op.Limit, now, node, op, total, share.One, before, r.reply))
+		}
 	}
 	return r.reply
 }
@@ -168,6 +184,13 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		keep = 0
 	}
 	state := p.Decay(op.State, op.At, now)
+
+	// The same op again (its answer was lost, or a retry crossed it):
+	// answered as it was, whatever contest it names. Applied again, an op
+	// that rebuilt a lost contest would count the node's grant twice.
+	if rec := recordOf(h, node); rec != nil && op.Seq != 0 && rec.Seq == op.Seq {
+		return result{h, replay(h, rec, reply)}
+	}
 
 	// 1. Which contest.
 	fresh := false // the node was not in this contest: its op is its join
@@ -202,9 +225,11 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 {
 			h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
 		}
-	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0:
+	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0 && (h.Joins == 0 || h.Records[node] != nil):
 		// A grant of an earlier contest the store lost: believed, out of
-		// the unknown first, else out of the pool.
+		// the unknown first, else out of the pool. (While the contest
+		// waits for joins, a node it has not heard from joins with it,
+		// below: else the contest would wait for it for ever.)
 		take := min(held, h.Unknown)
 		h.Unknown -= take
 		h.Pool -= held - take
@@ -217,14 +242,6 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		reply.Lost = true
 	case op.Epoch != h.Epoch:
 		fresh = true
-	}
-
-	// The same op again (its answer was lost): answered as it was.
-	if rec := h.Records[node]; rec != nil && op.Seq != 0 && rec.Seq == op.Seq && !reply.Lost {
-		reply.Outcome, reply.Until, reply.Epoch, reply.Grant, reply.LeaseEnd = rec.Outcome, rec.Until, h.Epoch, rec.Grant, rec.LeaseEnd
-		reply.Growth, reply.Pool, reply.Now, reply.Served, reply.ServedAt = rec.Growth, rec.GrowthState, rec.GrowthAt, rec.Served, rec.ServedAt
-		reply.Expiry = h.Expiry
-		return result{h, reply}
 	}
 
 	// 2. What lapsed: back to the pool as wholly spent, but for an even
@@ -464,6 +481,22 @@ func answered(h *Hash, node string) bool {
 		}
 	}
 	return true
+}
+
+// recordOf is node's record in h (nil: h or the record absent).
+func recordOf(h *Hash, node string) *Record {
+	if h == nil {
+		return nil
+	}
+	return h.Records[node]
+}
+
+// replay is the answer rec's op had, sent again.
+func replay(h *Hash, rec *Record, reply share.Reply) share.Reply {
+	reply.Outcome, reply.Until, reply.Epoch, reply.Grant, reply.LeaseEnd = rec.Outcome, rec.Until, h.Epoch, rec.Grant, rec.LeaseEnd
+	reply.Growth, reply.Pool, reply.Now, reply.Served, reply.ServedAt = rec.Growth, rec.GrowthState, rec.GrowthAt, rec.Served, rec.ServedAt
+	reply.Expiry = h.Expiry
+	return reply
 }
 
 // granted is the sum of the records' grants.

@@ -387,6 +387,17 @@ local function apply(k, p, op)
   if op.leave then keep = 0 end
   local state = decay(p, op.state, op.at, now)
 
+  -- The same op again (its answer was lost, or a retry crossed it):
+  -- answered as it was, whatever contest it names.
+  local old = h and h.recs[node]
+  if old and op.seq ~= 0 and old.seq == op.seq then
+    r.outcome, r.untl, r.epoch, r.grant, r.leaseEnd = old.outcome, old.untl, h.epoch, old.grant, old.leaseEnd
+    r.growth, r.pool, r.served, r.servedAt = old.growth, old.growthState, old.served, old.servedAt
+    r.now = old.growthAt
+    r.expiry = h.expiry
+    return r
+  end
+
   -- 1. Which contest.
   local isFresh = false
   if h == nil and op.epoch ~= 0 and held > 0 and not op.leave then
@@ -412,7 +423,9 @@ local function apply(k, p, op)
     if op.epoch == 0 and not op.pooled and op.shadow >= 0 then
       h.exNode, h.exSince, h.exOK = node, op.shadowSince, true
     end
-  elseif op.epoch ~= h.epoch and op.epoch ~= 0 and held > 0 then
+  elseif op.epoch ~= h.epoch and op.epoch ~= 0 and held > 0 and (h.joins == 0 or h.recs[node] ~= nil) then
+    -- a grant of a contest the store lost (a node the contest still waits
+    -- to hear from joins with it instead, below)
     local take = math.min(held, h.unknown)
     h.unknown = h.unknown - take
     h.pool = h.pool - (held - take)
@@ -423,16 +436,6 @@ local function apply(k, p, op)
     isFresh = true
   end
 
-  -- The same op again: answered as it was.
-  local old = h.recs[node]
-  if old ~= nil and op.seq ~= 0 and old.seq == op.seq and r.lost == 0 then
-    r.outcome, r.untl, r.epoch, r.grant, r.leaseEnd = old.outcome, old.untl, h.epoch, old.grant, old.leaseEnd
-    r.growth, r.pool, r.served, r.servedAt = old.growth, old.growthState, old.served, old.servedAt
-    r.now = old.growthAt
-    r.expiry = h.expiry
-    save(k, h)
-    return r
-  end
 
   -- 2. What lapsed: back to the pool as wholly spent, but for an even
   -- split, held back until the node could have recovered (it may be
