@@ -59,6 +59,11 @@ type NodeRecord struct {
 	StartAttempts int
 	CloseErr      error // Close could not report all it had spent
 	LostSpend     uint64
+	// EvictionsForgotten counts the keys evicted spent (MaxKeys) that came
+	// back before their refill time with the node's memory of evictions
+	// full: each may admit up to its share again (logged and counted by
+	// the limiter, documented).
+	EvictionsForgotten uint64
 	// Rounds and RoundErrors count reconciliation rounds; MaxRound is the
 	// slowest that succeeded, against which the bound's round-trip
 	// allowance can be judged.
@@ -211,6 +216,7 @@ func Run(t testing.TB, sc *Scenario) *Record {
 		rec.Nodes[i].CloseErr = l.Close(ctx)
 		st := l.Stats()
 		rec.Nodes[i].LostSpend = st.Reconcile.LostSpend
+		rec.Nodes[i].EvictionsForgotten = st.EvictionsForgotten
 		rec.Nodes[i].Rounds, rec.Nodes[i].RoundErrors = st.Reconcile.Rounds, st.Reconcile.RoundErrors
 		rec.Nodes[i].MaxRound, rec.Nodes[i].MaxGap = watches[i].result()
 		open[i] = false
