@@ -176,7 +176,12 @@ type Config struct {
 	// of its key cannot admit waits for the fleet to make room for it: the
 	// node asks Redis, and the nodes that hold room they do not need give
 	// it back, within a few round trips. Zero means two intervals, at
-	// most 100 ms; ctx bounds it too. Negative means never: such a request is refused from
+	// most 100 ms; ctx bounds it too. If Redis has the request's ask in
+	// hand when AskWait ends and has not answered, the request waits for
+	// that answer up to RedisTimeout more: the answer decides it, or the
+	// call fails and, the breaker open, it is decided under the Fallback
+	// like every other while Redis is down (a Redis that fails without
+	// the breaker opening: refused). Negative means never: such a request is refused from
 	// the node's share at once, and the fleet admits less than the limit
 	// whenever a client's traffic is uneven over the nodes. Requests that
 	// fit the node's share never wait, nor does any request while the

@@ -305,8 +305,12 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)
+		// Under pressure once less than a quarter of the share's room is
+		// left: a key whose burst covers its demand for long (a burst far
+		// above its rate) is not contested while it has room to spend, and
+		// a key running low asks before it is short.
 		if e.asks && !degraded && res.Allowed && en.share < ShareOne && !en.has(flagDue) &&
-			(res.Remaining+2)*int64(ShareOne) < int64(en.share)*p.capacity {
+			(res.Remaining+2)*4*int64(ShareOne) < int64(en.share)*p.capacity {
 			sh.press(key, en)
 		}
 	}

@@ -382,7 +382,8 @@ func (sh *shard) press(key string, en *entry) {
 }
 
 // Pressed is a key under pressure: in Asks mode, a key whose share had
-// less than two requests' room left after a request it admitted; or, Owed,
+// less than a quarter of its room left (two requests' room more) after a
+// request it admitted; or, Owed,
 // a key admitted on while degraded in a share the store does not count,
 // which the node must report once the store is back.
 type Pressed struct {

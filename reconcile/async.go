@@ -115,7 +115,7 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 	}
 	a.sh = NewShares(SharesConfig{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
 		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
-		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Spent: a.spent}, deps.Engine)
+		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Grace: timeout, Spent: a.spent}, deps.Engine)
 	a.sh.SetWake(func(w Wake) {
 		if w == WakeBeat {
 			signal(a.wakeBeat)
@@ -336,7 +336,10 @@ func (a *Async) Ask(ctx context.Context, now, asked int64, key string, lim limit
 	if refuse {
 		return Answer{Verdict: Refuse, Until: until}
 	}
-	timer := time.NewTimer(max(time.Duration(deadline-now), 0) + time.Millisecond)
+	// The protocol settles the request by its deadline, or, while the
+	// store has the ask in hand, by the call's timeout after it (Grace);
+	// this timer is the last resort.
+	timer := time.NewTimer(max(time.Duration(deadline-now), 0) + a.sh.Config().Grace + time.Millisecond)
 	defer timer.Stop()
 	select {
 	case <-w.Done():

@@ -65,6 +65,13 @@ type SharesConfig struct {
 	// call's timeout. The store holds back the share of a node that went
 	// silent that much longer than a lease. Zero means 50 intervals.
 	Recovery time.Duration
+	// Grace is how much longer than AskWait a request waits when the
+	// store has its key's op in hand but has not answered: at most a
+	// call's timeout, after which the call has failed (and the breaker
+	// decides whether the store is unreachable: then the request is
+	// decided under the fallback, as every other while Redis is down)
+	// or come back. Zero: none, the request is refused at AskWait.
+	Grace time.Duration
 	// Logger receives what changes decisions (a key the store refuses, a
 	// contest the store lost). Nil means slog.Default().
 	Logger *slog.Logger
@@ -910,10 +917,14 @@ func (s *Shares) Tick(now int64) (next int64) {
 	}
 	for _, ks := range s.sortedKeys() {
 		for _, w := range ks.waiters {
-			if w.deadline <= now {
+			end := w.deadline
+			if ks.op != nil && !ks.retry {
+				end += int64(s.cfg.Grace) // the store has the ask in hand: its answer, or the call's failure, decides
+			}
+			if end <= now {
 				w.settle(Expired, 0)
 			} else {
-				wake = min(wake, share.Micros(w.deadline)+1)
+				wake = min(wake, share.Micros(end)+1)
 			}
 		}
 		ks.waiters = slices.DeleteFunc(ks.waiters, func(w *Waiter) bool { return w.settled })
