@@ -173,7 +173,7 @@ func (l *Limiter) connect() error {
 	// timeouts: a slow Redis at start is not a dead one).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartupTimeout)
 	defer cancel()
-	err = l.firstContact(ctx)
+	err = l.firstContactBy(ctx, cfg.StartupTimeout)
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
@@ -186,6 +186,28 @@ func (l *Limiter) connect() error {
 		l.noteDegraded()
 	}
 	return nil
+}
+
+// firstContactBy runs firstContact on a goroutine of its own and returns
+// by ctx's deadline whatever the client does: a client without
+// ContextTimeoutEnabled (go-redis's default) waits on its own read timeout,
+// three seconds a try, and not on ctx. An attempt still in flight then is
+// abandoned: it ends on the client's timeouts, and its round, if it was in
+// one, holds the reconciler's round lock until then.
+func (l *Limiter) firstContactBy(ctx context.Context, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- l.firstContact(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // it ended at the same moment: its error says more
+			return err
+		default:
+		}
+		return fmt.Errorf("hybrid: no answer from redis within the startup timeout (%v): %w", timeout, context.Cause(ctx))
+	}
 }
 
 // firstContact loads the scripts, checks the eviction policy and beats the
