@@ -455,14 +455,15 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	if l.breaker.State() == breaker.Open {
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
-	seq := l.sync.NextSeq()
-	known := remote.Known{Seq: seq, Now: l.now()}
+	seq, low := l.sync.Begin()
+	known := remote.Known{Seq: seq, Low: low, Now: l.now()}
 	known.Estimate, _ = l.engine.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
 		l.countCall(ctx)
 		return l.store.AllowNKnown(ctx, key, lim, n, known)
 	})
 	if err == nil {
+		l.sync.Settle(seq)
 		if d.Lost {
 			l.lostState(key, lim)
 		}
@@ -470,6 +471,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 		return Decision{Result: d.Result, Source: Remote}, nil
 	}
 	if isCallerError(err) {
+		l.sync.Settle(seq)
 		return Decision{}, err
 	}
 	if remote.IsKeyFault(err) {
@@ -477,7 +479,9 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	dec, derr := l.degraded(key, lim, n)
 	if derr == nil && dec.Allowed && n > 0 && mayHaveRun(err) {
-		l.sync.Uncertain(key, lim, seq, n)
+		l.sync.Uncertain(key, lim, seq, n) // settled when the report naming it is acknowledged
+	} else {
+		l.sync.Settle(seq)
 	}
 	return dec, derr
 }

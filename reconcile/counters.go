@@ -5,6 +5,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
 )
 
 // spendKey identifies the global state a spend belongs to.
@@ -39,7 +40,7 @@ type counter struct {
 	faulted      bool  // Redis refused the key: decided under the fallback until retried
 	retryAt      int   // for a faulted key, the round to try it again
 
-	uncertainSeq, uncertainN int64 // a sync decision that timed out and was counted in memory
+	uncertain []remote.Uncertain // sync decisions that timed out and were counted in memory, oldest first
 }
 
 // counters holds a counter per key the node reported on recently, or has

@@ -109,8 +109,9 @@ type Deps struct {
 // Sync reconciles a Sync-mode node: the spend it made in memory while
 // Redis could not decide (degraded, or a decision whose call timed out)
 // reported to Redis's exact state, and the share of each key Redis grants
-// it for deciding alone under a lease. Run it on one goroutine; Round, Flush
-// and Uncertain may be called from others (rounds never overlap).
+// it for deciding alone under a lease. Run it on one goroutine; Round, Flush,
+// Begin, Settle and Uncertain may be called from others (rounds never
+// overlap).
 type Sync struct {
 	rounds
 	cfg  SyncConfig
@@ -125,13 +126,15 @@ type Sync struct {
 	leases   map[keyLim]*lease   // shares Redis granted, until they lapse
 	picks    []pick
 
-	taken   []local.Spend
-	reports []remote.Report
-	sent    []sentReport
-	round   *remote.Round
-	dropped uint64 // the engine's dropped spend last seen
+	taken      []local.Spend
+	unsure     []spendKey // keys with timed-out decisions noted since the last round
+	lostUnsure int64      // their spend dropped for want of room, for the round to count
+	reports    []remote.Report
+	sent       []sentReport
+	round      *remote.Round
+	dropped    uint64 // the engine's dropped spend last seen
 
-	seq atomic.Int64 // sequence numbers of sync decisions
+	seqs seqs // sequence numbers of sync decisions, and the node's low mark
 
 	stats struct {
 		keys, lost, lostState, faults, deferred atomic.Uint64
@@ -183,7 +186,7 @@ func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
 	r := &Sync{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: log,
 		counters: newCounters(cfg.MaxPending), round: new(remote.Round),
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease)}
-	r.seq.Store(deps.Clock.Now().UnixMicro())
+	r.seqs.next = deps.Clock.Now().UnixMicro()
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
 	return r, nil
 }

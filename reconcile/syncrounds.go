@@ -60,7 +60,7 @@ func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 			prio = prioPressure
 		case c.renew:
 			prio = prioRenew
-		case c.due || c.uncertainSeq != 0:
+		case c.due || len(c.uncertain) > 0:
 			prio = prioSpend
 		case c.orphan && unsent > 0:
 			prio = prioOrphan
@@ -77,22 +77,25 @@ func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 	r.picks = picks
 
 	taken := r.deps.Clock.Now()
+	low := r.seqs.low()
 	r.reports, r.sent = r.reports[:0], r.sent[:0]
 	for _, p := range picks {
 		c := p.c
+		named, held := carry(c)
+		total := c.total - held // the weight of a timed-out decision goes with its name
 		seconds := max(taken.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
 		est, _ := r.deps.Engine.Estimate(c.key, c.lim)
 		r.reports = append(r.reports, remote.Report{
 			Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
-			Total: c.total, Refilled: c.refilled, Acked: c.acked, AckedRefilled: c.ackedRefilled,
+			Total: total, Refilled: min(c.refilled, total), Acked: c.acked, AckedRefilled: c.ackedRefilled,
 			Demand: float64(c.hits) / seconds, Estimate: est, Now: rnow,
-			UncertainSeq: c.uncertainSeq, UncertainN: c.uncertainN,
+			Uncertain: named, SeqLow: low,
 		})
 		grant := int64(-1)
 		if l := r.leases[keyLim{c.key, c.lim}]; l != nil {
 			grant = l.grant
 		}
-		r.sent = append(r.sent, sentReport{c: c, total: c.total, refilled: c.refilled, hits: c.hits, taken: taken,
+		r.sent = append(r.sent, sentReport{c: c, total: total, refilled: min(c.refilled, total), hits: c.hits, taken: taken,
 			pressure: p.prio == prioPressure, grant: grant, due: c.due, orphan: c.orphan, renew: c.renew})
 		c.due, c.orphan, c.renew = false, false, false
 		if p.prio == prioPressure {
@@ -197,8 +200,8 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 		c.ackedRefilled = max(c.ackedRefilled, s.refilled)
 		c.hits = max(c.hits-s.hits, 0)
 		c.since, c.last = s.taken, s.taken
-		if rep.UncertainSeq != 0 && c.uncertainSeq == rep.UncertainSeq {
-			c.uncertainSeq, c.uncertainN = 0, 0
+		if len(rep.Uncertain) > 0 {
+			r.settleNamed(c, rep.Uncertain)
 		}
 		if s.pressure {
 			if s.grant >= 0 && absDiff(a.Grant, s.grant)*8 <= max(s.grant, 1) {
@@ -263,7 +266,7 @@ func (r *Sync) named1(key, msg string, args ...any) {
 func (r *Sync) forget(now time.Time, rnow int64) {
 	idle := r.cfg.ActiveWindow / 2
 	for k, c := range r.counters.m {
-		if c.total != c.acked || c.hits != 0 || c.faulted || c.uncertainSeq != 0 || now.Sub(c.last) <= idle {
+		if c.total != c.acked || c.hits != 0 || c.faulted || len(c.uncertain) > 0 || now.Sub(c.last) <= idle {
 			continue
 		}
 		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == windowOf(c.lim, rnow) {
@@ -312,6 +315,8 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	}
 	r.releaseTaken()
 	r.renewals(rnow)
+	r.takeUnsure(rnow, start)
+	lost, r.lostUnsure = lost+r.lostUnsure, 0
 	deferred := r.build(rnow, flush)
 	r.mu.Unlock()
 	if lost > 0 {
