@@ -156,13 +156,14 @@ func (l *Limiter) connect() error {
 		l.reconciler = l.async
 	} else {
 		l.sync, err = reconcile.NewSync(reconcile.SyncConfig{
-			Interval:     cfg.SyncInterval,
-			FleetSize:    cfg.FleetSize,
-			ActiveWindow: cfg.ActiveWindow,
-			MaxPending:   cfg.MaxPending,
-			MaxReports:   cfg.MaxReports,
-			Logger:       cfg.Logger,
-			OnRound:      l.afterRound,
+			Interval:        cfg.SyncInterval,
+			FleetSize:       cfg.FleetSize,
+			ActiveWindow:    cfg.ActiveWindow,
+			MaxPending:      cfg.MaxPending,
+			MaxReports:      cfg.MaxReports,
+			MaxPendingBytes: cfg.MaxPendingBytes,
+			Logger:          cfg.Logger,
+			OnRound:         l.afterRound,
 		}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 		l.reconciler = l.sync
 	}

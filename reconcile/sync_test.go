@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 var bg = context.Background()
 
 func TestCountersAreRunningTotals(t *testing.T) {
-	cs := newCounters(2)
+	cs := newCounters(2, 0)
 	lim := limit.PerSecond(10)
 	win := lim.WithAlgorithm(limit.FixedWindow)
 	now := time.Unix(1_800_000_000, 0)

@@ -69,11 +69,13 @@ func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 			picks = append(picks, pick{c: c, prio: prio})
 		}
 	}
-	sortPicks(picks)
-	if !flush && len(picks) > r.cfg.MaxReports {
-		deferred = len(picks) - r.cfg.MaxReports
-		picks = picks[:r.cfg.MaxReports]
+	if flush {
+		sortPicks(picks)
+	} else {
+		deferred = max(len(picks)-r.cfg.MaxReports, 0)
+		picks = topPicks(picks, r.cfg.MaxReports)
 	}
+	clear(picks[len(picks):cap(picks)]) // the counters of picks left out, for the GC
 	r.picks = picks
 
 	taken := r.deps.Clock.Now()
@@ -272,7 +274,7 @@ func (r *Sync) forget(now time.Time, rnow int64) {
 		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == windowOf(c.lim, rnow) {
 			continue
 		}
-		delete(r.counters.m, k)
+		r.counters.remove(k)
 	}
 }
 
@@ -320,7 +322,7 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	deferred := r.build(rnow, flush)
 	r.mu.Unlock()
 	if lost > 0 {
-		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
+		r.losePending(lost)
 	}
 	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
 	r.stats.deferred.Add(uint64(deferred))
@@ -345,6 +347,7 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	info.Duration = end.Sub(start)
 	r.mu.Lock()
 	r.stats.pending.Store(int64(r.counters.unacked()))
+	r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
 	r.mu.Unlock()
 	if err != nil {
 		info.Err = err
@@ -356,6 +359,7 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	r.forget(end, now)
 	r.counters.shrink(&r.peak)
 	r.stats.pending.Store(int64(r.counters.unacked()))
+	r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
 	rounds := r.n
 	r.mu.Unlock()
 	if rounds%sweepEvery == 0 {

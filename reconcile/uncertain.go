@@ -83,6 +83,7 @@ func (r *Sync) Uncertain(key string, lim limit.Limit, seq, n int64) {
 	c := r.counters.get(keyOf(key, lim, windowOf(lim, rnow)), start)
 	if c != nil {
 		c.uncertain = append(c.uncertain, remote.Uncertain{Seq: seq, N: n})
+		r.counters.bytes += uncertainBytes
 		r.unsure = append(r.unsure, c.spendKey)
 	}
 	r.mu.Unlock()
@@ -114,6 +115,7 @@ func (r *Sync) settleNamed(c *counter, named []remote.Uncertain) {
 		r.seqs.settle(named[k].Seq)
 		k++
 	}
+	r.counters.bytes -= int64(k) * uncertainBytes
 	if k == len(c.uncertain) {
 		c.uncertain = nil
 		return
