@@ -151,7 +151,8 @@ type Sync struct {
 		pendingDropped, pendingBytes            atomic.Uint64
 		pending, leases                         atomic.Int64
 	}
-	bytesLogged bool // the bound on bytes was logged; r.mu
+	bytesLogged bool        // the bound on bytes was logged; r.mu
+	fleetLogged atomic.Bool // a fault of the fleet's keys was logged
 }
 
 // sentReport is what a report carried, to acknowledge when its answer comes.

@@ -388,9 +388,25 @@ func (r *Sync) sendBatch(ctx context.Context, from, to int) error {
 		return err
 	}
 	received := r.deps.Clock.Now()
-	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
-	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
+	if round.HeartbeatFault != nil {
+		r.fleetFault(round.HeartbeatFault)
+	} else {
+		r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
+		r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
+	}
 	r.stats.keys.Add(uint64(len(reports)))
 	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
 	return nil
+}
+
+// fleetFault counts a round whose heartbeat Redis refused because the
+// fleet's keys hold values of another type, and logs it once: the node's
+// reports are still applied, but it learns neither the fleet's size (it
+// keeps dividing by the last it knew, or FleetSize) nor Redis's time.
+func (r *Sync) fleetFault(err error) {
+	r.stats.faults.Add(1)
+	if r.fleetLogged.CompareAndSwap(false, true) {
+		r.log.Warn("reconcile: redis holds a value of another type for the fleet's keys: this node's heartbeat is refused, so it counts the fleet as it last knew it (or FleetSize) until that value is gone; its reports are applied (counted in Stats.KeyFaults; logged once)",
+			"err", err, "fleet", r.deps.Engine.Fleet())
+	}
 }

@@ -139,9 +139,15 @@ type Round struct {
 	// a report made on the decision path, between rounds.
 	NoHeartbeat bool
 	// Now is Redis's TIME at the round's heartbeat, in Unix ns; Nodes is how
-	// many nodes are active in the fleet.
+	// many nodes are active in the fleet. Both are zero when the heartbeat
+	// failed.
 	Now   int64
 	Nodes int
+	// HeartbeatFault is set when the heartbeat failed for its own keys (the
+	// fleet's keys hold values of another type, IsKeyFault) while Redis
+	// answered: the reports were still applied, and Reconcile's error says
+	// only how they fared. The node learns neither the fleet nor the time.
+	HeartbeatFault error
 	// Answers holds one Answer per Report, in order.
 	Answers []Answer
 }
@@ -212,11 +218,18 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 		}
 		return nil
 	}
+	round.Now, round.Nodes, round.HeartbeatFault = 0, 0, nil
 	if err = readHeartbeat(calls[0], hb); err == nil {
 		round.Now, round.Nodes = hb.Now, hb.Nodes
 	}
 	for _, c := range calls[1:] {
 		s.answers(c, reports, round.Answers)
+	}
+	if IsKeyFault(err) {
+		// The fleet's keys are another's: the reports, on keys of their own,
+		// stand or fall alone.
+		round.HeartbeatFault = err
+		return roundError(round.Answers, func(a Answer) error { return a.Err })
 	}
 	if err != nil {
 		return err
