@@ -151,8 +151,9 @@ type Sync struct {
 		pendingDropped, pendingBytes            atomic.Uint64
 		pending, leases                         atomic.Int64
 	}
-	bytesLogged bool        // the bound on bytes was logged; r.mu
-	fleetLogged atomic.Bool // a fault of the fleet's keys was logged
+	bytesLogged  bool        // the bound on bytes was logged; r.mu
+	fleetLogged  atomic.Bool // a fault of the fleet's keys was logged
+	forcedLogged atomic.Bool // a timed-out decision settled unanswered was logged
 }
 
 // sentReport is what a report carried, to acknowledge when its answer comes.
@@ -380,6 +381,7 @@ type Stats struct {
 	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
 	PendingDropped      uint64        // Sync: weight dropped because pending spend reached MaxPendingBytes (also in LostSpend)
 	PendingBytes        uint64        // Sync: the memory pending spend takes, as estimated against MaxPendingBytes
+	UncertainForced     uint64        // Sync: timed-out decisions let go unreported after 65,536 later ones (may count twice)
 	Leases              int           // keys whose share Redis granted under a live lease
 	Pending             int           // keys with spend Redis has not acknowledged, as of a recent round
 	Nodes               int           // nodes in the fleet at the last round (Async: the most seen within the active window)
@@ -393,7 +395,7 @@ func (r *Sync) Stats() Stats {
 	return Stats{
 		Rounds: r.count.Load(), RoundErrors: r.errors.Load(), KeysSent: r.stats.keys.Load(),
 		Deferred: r.stats.deferred.Load(), LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(),
-		KeyFaults: r.stats.faults.Load(), PendingDropped: r.stats.pendingDropped.Load(), PendingBytes: r.stats.pendingBytes.Load(), Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()),
+		KeyFaults: r.stats.faults.Load(), PendingDropped: r.stats.pendingDropped.Load(), PendingBytes: r.stats.pendingBytes.Load(), UncertainForced: r.seqs.forcedCount(), Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()),
 		Nodes: int(r.nodes.Load()), LastRound: time.Duration(r.last.Load()),
 	}
 }

@@ -183,6 +183,9 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 			restore(sent[i : i+1])
 			if remote.IsKeyFault(a.Err) {
 				r.stats.faults.Add(1)
+				if len(rep.Uncertain) > 0 {
+					r.dropNamed(c, rep.Uncertain)
+				}
 				if !c.faulted {
 					c.faulted = true
 					seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: 1})

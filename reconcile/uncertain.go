@@ -19,13 +19,22 @@ const maxUncertainPerReport = 512
 // Redis keeps the node's admitted decisions above the low mark, so a report
 // finds every timed-out decision it names however many the node made since.
 type seqs struct {
-	mu   sync.Mutex
-	next int64  // the next number handed out
-	base int64  // the number of open[0]
-	open []bool // open[i]: decision base+i is not settled
+	mu     sync.Mutex
+	next   int64  // the next number handed out
+	base   int64  // the number of open[0]
+	open   []bool // open[i]: decision base+i is not settled
+	forced uint64 // decisions settled unanswered at maxOpenSeqs
 }
 
-func (s *seqs) begin() (seq, low int64) {
+// maxOpenSeqs bounds how far the low mark trails the newest decision: Redis
+// keeps every admitted decision of the node above it, on each key, so one
+// timed-out decision whose report never comes (Redis refusing its report
+// for good) must not hold it back forever. A decision that trails by more
+// is settled as it stands: if its report comes later and it did reach
+// Redis, it counts twice (counted in Stats.UncertainForced, logged once).
+const maxOpenSeqs = 1 << 16
+
+func (s *seqs) begin() (seq, low int64, forced bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq = s.next
@@ -34,7 +43,24 @@ func (s *seqs) begin() (seq, low int64) {
 		s.base, s.open = seq, s.open[:0]
 	}
 	s.open = append(s.open, true)
-	return seq, s.base - 1
+	if len(s.open) > maxOpenSeqs {
+		forced = s.open[0]
+		if forced {
+			s.forced++
+		}
+		s.open[0] = false
+		s.advance()
+	}
+	return seq, s.base - 1, forced
+}
+
+// advance moves base past the settled decisions at the front. s.mu is held.
+func (s *seqs) advance() {
+	k := 0
+	for k < len(s.open) && !s.open[k] {
+		k++
+	}
+	s.open, s.base = s.open[k:], s.base+int64(k)
 }
 
 func (s *seqs) settle(seq int64) {
@@ -45,11 +71,13 @@ func (s *seqs) settle(seq int64) {
 		return
 	}
 	s.open[i] = false
-	k := 0
-	for k < len(s.open) && !s.open[k] {
-		k++
-	}
-	s.open, s.base = s.open[k:], s.base+int64(k)
+	s.advance()
+}
+
+func (s *seqs) forcedCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.forced
 }
 
 func (s *seqs) low() int64 {
@@ -65,7 +93,14 @@ func (s *seqs) low() int64 {
 // grow, across restarts too) and the node's low mark, for remote.Known.
 // Every number Begin returns must be settled: by Settle once the call's
 // answer came (or it failed without reaching Redis), or by Uncertain.
-func (r *Sync) Begin() (seq, low int64) { return r.seqs.begin() }
+func (r *Sync) Begin() (seq, low int64) {
+	seq, low, forced := r.seqs.begin()
+	if forced && r.forcedLogged.CompareAndSwap(false, true) {
+		r.log.Warn("reconcile: a timed-out sync decision still had no acknowledged report after 65,536 later decisions: it is no longer held apart, and counts twice if it did reach redis (counted in Stats().Reconcile.UncertainForced; logged once)",
+			"seq", low)
+	}
+	return seq, low
+}
 
 // Settle notes that the sync decision seq is settled: its answer came, or
 // it cannot have reached Redis, or its spend was not counted in memory.
@@ -105,6 +140,14 @@ func carry(c *counter) (named []remote.Uncertain, held int64) {
 		held += u.N
 	}
 	return named, held
+}
+
+// dropNamed settles the timed-out decisions of a report Redis refused for
+// its key (a value of another type): their calls failed on that key too,
+// or ran before it changed; they are reported, in full, when the key is
+// fixed. Holding them would hold the node's low mark. r.mu is held.
+func (r *Sync) dropNamed(c *counter, named []remote.Uncertain) {
+	r.settleNamed(c, named)
 }
 
 // settleNamed drops from c the timed-out decisions an acknowledged report
