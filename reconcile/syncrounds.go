@@ -35,6 +35,7 @@ type pick struct {
 // Redis's clock); span is how long it was granted for.
 type lease struct {
 	grant, end, span int64
+	idle             bool // found unused past half its span: left to lapse, not looked at again
 }
 
 // build chooses the counters this round reports and fills r.reports and
@@ -124,8 +125,8 @@ func restore(sent []sentReport) {
 func (r *Sync) renewals(rnow int64) {
 	now := r.deps.Clock.Now()
 	for kl, l := range r.leases {
-		if l.end-rnow > l.span/2 {
-			continue
+		if l.idle || l.end-rnow > l.span/2 {
+			continue // an idle lease is looked at once: after an outage's drain, a lease per key drained
 		}
 		r.taken = r.deps.Engine.TakeKey(rnow, kl.key, kl.lim, r.taken[:0])
 		active := false
@@ -137,6 +138,8 @@ func (r *Sync) renewals(rnow int64) {
 		c := r.counters.get(keyOf(kl.key, kl.lim, windowOf(kl.lim, rnow)), now)
 		if c != nil && (active || c.hits > 0) {
 			c.renew = true
+		} else {
+			l.idle = true
 		}
 	}
 }
@@ -222,7 +225,7 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 			l = &lease{}
 			r.leases[kl] = l
 		}
-		l.grant, l.end, l.span = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now
+		l.grant, l.end, l.span, l.idle = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now, false
 		if a.Lost {
 			r.stats.lostState.Add(1)
 			if lostKeys++; lostKeys == 1 {
@@ -348,11 +351,11 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	}
 	end := r.deps.Clock.Now()
 	info.Duration = end.Sub(start)
-	r.mu.Lock()
-	r.stats.pending.Store(int64(r.counters.unacked()))
-	r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
-	r.mu.Unlock()
 	if err != nil {
+		r.mu.Lock()
+		r.stats.pending.Store(int64(r.counters.unacked()))
+		r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
+		r.mu.Unlock()
 		info.Err = err
 		return info, err
 	}
