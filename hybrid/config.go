@@ -146,6 +146,14 @@ type Config struct {
 	// about 2 KiB while a flood fills it. In Async mode without Ledger,
 	// keys decided alone never wait here.
 	MaxPending int
+	// MaxPendingBytes bounds, in Sync mode, the memory of the spend waiting
+	// for Redis (the reconciler's counters, as it estimates them: about 400
+	// bytes a key plus the key), which grows through an outage. Zero means
+	// 64 MiB (some 160,000 keys of 16 bytes); negative means no bound but
+	// MaxPending. Spend of a new key beyond it is dropped, counted in
+	// Stats().Reconcile.PendingDropped and LostSpend (and the metric
+	// sync_pending_dropped_total), and logged once. docs/redis.md.
+	MaxPendingBytes int64
 	// MaxReports bounds the keys one reconciliation round reports in Sync
 	// mode, the most pressing first (keys under pressure, leases to renew,
 	// spend past its threshold, then spend of evicted keys), so that however

@@ -156,13 +156,14 @@ func (l *Limiter) connect() error {
 		l.reconciler = l.async
 	} else {
 		l.sync, err = reconcile.NewSync(reconcile.SyncConfig{
-			Interval:     cfg.SyncInterval,
-			FleetSize:    cfg.FleetSize,
-			ActiveWindow: cfg.ActiveWindow,
-			MaxPending:   cfg.MaxPending,
-			MaxReports:   cfg.MaxReports,
-			Logger:       cfg.Logger,
-			OnRound:      l.afterRound,
+			Interval:        cfg.SyncInterval,
+			FleetSize:       cfg.FleetSize,
+			ActiveWindow:    cfg.ActiveWindow,
+			MaxPending:      cfg.MaxPending,
+			MaxReports:      cfg.MaxReports,
+			MaxPendingBytes: cfg.MaxPendingBytes,
+			Logger:          cfg.Logger,
+			OnRound:         l.afterRound,
 		}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 		l.reconciler = l.sync
 	}
@@ -173,7 +174,7 @@ func (l *Limiter) connect() error {
 	// timeouts: a slow Redis at start is not a dead one).
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartupTimeout)
 	defer cancel()
-	err = l.firstContact(ctx)
+	err = l.firstContactBy(ctx, cfg.StartupTimeout)
 	if err != nil {
 		if !cfg.StartDegraded {
 			return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
@@ -186,6 +187,28 @@ func (l *Limiter) connect() error {
 		l.noteDegraded()
 	}
 	return nil
+}
+
+// firstContactBy runs firstContact on a goroutine of its own and returns
+// by ctx's deadline whatever the client does: a client without
+// ContextTimeoutEnabled (go-redis's default) waits on its own read timeout,
+// three seconds a try, and not on ctx. An attempt still in flight then is
+// abandoned: it ends on the client's timeouts, and its round, if it was in
+// one, holds the reconciler's round lock until then.
+func (l *Limiter) firstContactBy(ctx context.Context, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- l.firstContact(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-done: // it ended at the same moment: its error says more
+			return err
+		default:
+		}
+		return fmt.Errorf("hybrid: no answer from redis within the startup timeout (%v): %w", timeout, context.Cause(ctx))
+	}
 }
 
 // firstContact loads the scripts, checks the eviction policy and beats the
@@ -433,14 +456,15 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	if l.breaker.State() == breaker.Open {
 		return l.degraded(key, lim, n) // no waiting on Redis while it is open
 	}
-	seq := l.sync.NextSeq()
-	known := remote.Known{Seq: seq, Now: l.now()}
+	seq, low := l.sync.Begin()
+	known := remote.Known{Seq: seq, Low: low, Now: l.now()}
 	known.Estimate, _ = l.engine.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
 		l.countCall(ctx)
 		return l.store.AllowNKnown(ctx, key, lim, n, known)
 	})
 	if err == nil {
+		l.sync.Settle(seq)
 		if d.Lost {
 			l.lostState(key, lim)
 		}
@@ -448,6 +472,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 		return Decision{Result: d.Result, Source: Remote}, nil
 	}
 	if isCallerError(err) {
+		l.sync.Settle(seq)
 		return Decision{}, err
 	}
 	if remote.IsKeyFault(err) {
@@ -455,7 +480,9 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	dec, derr := l.degraded(key, lim, n)
 	if derr == nil && dec.Allowed && n > 0 && mayHaveRun(err) {
-		l.sync.Uncertain(key, lim, seq, n)
+		l.sync.Uncertain(key, lim, seq, n) // settled when the report naming it is acknowledged
+	} else {
+		l.sync.Settle(seq)
 	}
 	return dec, derr
 }

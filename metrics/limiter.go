@@ -15,6 +15,7 @@ type limiterCollector struct {
 	breakerState, transitions                             *prometheus.Desc
 	redisSuccesses, redisErrors, redisTimeouts, rejected  *prometheus.Desc
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
+	pendingDropped, pendingBytes                          *prometheus.Desc
 	nodes, offset                                         *prometheus.Desc
 	faults, decisionCalls, heavyRefused                   *prometheus.Desc
 	deferred, asks, calls, resets, leases                 *prometheus.Desc
@@ -23,7 +24,8 @@ type limiterCollector struct {
 // NewLimiterCollector returns a prometheus.Collector of l's Stats, read
 // when the registry is scraped: breaker state and transitions, Redis calls,
 // successes, errors, timeouts and refusals, degraded mode, keys in memory, sync
-// rounds, round errors, keys sent, spend lost, pending keys, the last
+// rounds, round errors, keys sent, spend lost, pending keys, pending spend
+// dropped at MaxPendingBytes and its bytes, the last
 // round's duration, fleet nodes and clock offset, the quieter faults (an
 // evicting or unreadable eviction policy, keys of another type, clock steps,
 // state Redis lost, eviction records forgotten), heavy requests refused
@@ -73,9 +75,12 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 		lost: desc("sync_lost_spend_total",
 			"Spend (request weight) that will never reach Redis: dropped because the buffer of unreported spend was full, or because Redis refused its key. Should stay 0."),
 		pending: desc("sync_pending_keys", "Keys with spend Redis has not acknowledged yet."),
-		lastDur: desc("sync_last_round_duration_seconds", "Duration of the last sync round, in seconds."),
-		nodes:   desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
-		offset:  desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
+		pendingDropped: desc("sync_pending_dropped_total",
+			"Spend (request weight) dropped because the spend waiting for Redis reached MaxPendingBytes (also in sync_lost_spend_total). Should stay 0."),
+		pendingBytes: desc("sync_pending_bytes", "Memory the spend waiting for Redis takes in Sync mode, as estimated against MaxPendingBytes."),
+		lastDur:      desc("sync_last_round_duration_seconds", "Duration of the last sync round, in seconds."),
+		nodes:        desc("fleet_nodes", "Nodes active in the fleet, as Redis reported at the last successful round."),
+		offset:       desc("clock_offset_seconds", "Offset applied to this node's clock to align it with Redis server time, in seconds."),
 		faults: desc("faults_total",
 			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher), keys Redis evicted (any of them may have been the limiter's). Should stay 0.", "fault"),
 		heavyRefused: desc("heavy_refused_total",
@@ -94,7 +99,7 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.mode, c.degraded, c.keys, c.evictions, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
-		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.lastDur, c.nodes, c.offset,
+		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.pendingDropped, c.pendingBytes, c.lastDur, c.nodes, c.offset,
 		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.asks, c.calls, c.resets, c.leases,
 	} {
 		ch <- d
@@ -132,6 +137,8 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.keysSent, rc.KeysSent)
 	counter(c.lost, rc.LostSpend)
 	gauge(c.pending, float64(rc.Pending))
+	counter(c.pendingDropped, rc.PendingDropped)
+	gauge(c.pendingBytes, float64(rc.PendingBytes))
 	gauge(c.lastDur, rc.LastRound.Seconds())
 	gauge(c.nodes, float64(rc.Nodes))
 	gauge(c.offset, s.ClockOffset.Seconds())

@@ -75,7 +75,7 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		Degraded:      true,
 		Breaker:       breaker.HalfOpen,
 		BreakerCounts: breaker.Counts{Successes: 100, Failures: 7, Timeouts: 3, Rejected: 40, Changes: 5},
-		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, Pending: 9, Nodes: 4,
+		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, PendingDropped: 5, PendingBytes: 4096, Pending: 9, Nodes: 4,
 			LastRound: 1500 * time.Microsecond, Deferred: 21, KeyFaults: 4, Leases: 25,
 			Shares: reconcile.SharesStats{Asks: 22, Calls: 23, Resets: 24}},
 		StateLost:          26,
@@ -168,6 +168,12 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_sync_resets_total Async keys another node reset, started afresh here.
 		# TYPE edge_sync_resets_total counter
 		edge_sync_resets_total 24
+		# HELP edge_sync_pending_bytes Memory the spend waiting for Redis takes in Sync mode, as estimated against MaxPendingBytes.
+		# TYPE edge_sync_pending_bytes gauge
+		edge_sync_pending_bytes 4096
+		# HELP edge_sync_pending_dropped_total Spend (request weight) dropped because the spend waiting for Redis reached MaxPendingBytes (also in sync_lost_spend_total). Should stay 0.
+		# TYPE edge_sync_pending_dropped_total counter
+		edge_sync_pending_dropped_total 5
 		# HELP edge_sync_pending_keys Keys with spend Redis has not acknowledged yet.
 		# TYPE edge_sync_pending_keys gauge
 		edge_sync_pending_keys 9

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
 )
 
 // spendKey identifies the global state a spend belongs to.
@@ -39,7 +40,7 @@ type counter struct {
 	faulted      bool  // Redis refused the key: decided under the fallback until retried
 	retryAt      int   // for a faulted key, the round to try it again
 
-	uncertainSeq, uncertainN int64 // a sync decision that timed out and was counted in memory
+	uncertain []remote.Uncertain // sync decisions that timed out and were counted in memory, oldest first
 }
 
 // counters holds a counter per key the node reported on recently, or has
@@ -49,10 +50,36 @@ type counters struct {
 	m     map[spendKey]*counter
 	max   int
 	epoch int64 // the last epoch handed out
+
+	maxBytes  int64  // the bound on bytes (MaxPendingBytes)
+	bytes     int64  // the bytes the counters take, as counterBytes estimates them
+	bytesFull uint64 // new counters refused for want of bytes
+	bytesLost int64  // weight of the spend refused for want of bytes
 }
 
-func newCounters(max int) *counters {
-	return &counters{m: make(map[spendKey]*counter), max: max}
+// counterOverhead is what a counter takes in memory beyond its key's bytes:
+// the counter, its map entry (key and pointer, at a Go map's load) and the
+// string header, rounded up (TestCounterBytesCoverTheHeap measures it).
+const counterOverhead = 384
+
+// uncertainBytes is what one timed-out decision a counter names takes.
+const uncertainBytes = 16
+
+// counterBytes estimates the memory of the counter of k.
+func counterBytes(k spendKey) int64 {
+	return counterOverhead + int64(len(k.key)+15)&^15
+}
+
+func newCounters(max int, maxBytes int64) *counters {
+	return &counters{m: make(map[spendKey]*counter), max: max, maxBytes: maxBytes}
+}
+
+// remove forgets the counter of k.
+func (cs *counters) remove(k spendKey) {
+	if c, ok := cs.m[k]; ok {
+		cs.bytes -= counterBytes(k) + int64(len(c.uncertain))*uncertainBytes
+		delete(cs.m, k)
+	}
 }
 
 // keyOf returns the counter key of spend s.
@@ -72,6 +99,12 @@ func (cs *counters) get(k spendKey, now time.Time) *counter {
 	if len(cs.m) >= cs.max {
 		return nil
 	}
+	b := counterBytes(k)
+	if cs.maxBytes > 0 && cs.bytes+b > cs.maxBytes {
+		cs.bytesFull++
+		return nil
+	}
+	cs.bytes += b
 	// Epochs grow across counters and across restarts of the node: Redis
 	// ignores a report of an epoch older than the two it keeps.
 	cs.epoch = max(cs.epoch+1, now.UnixMicro())
@@ -83,8 +116,12 @@ func (cs *counters) get(k spendKey, now time.Time) *counter {
 // add counts spend s taken at now, and returns the weight it had to drop for
 // want of room.
 func (cs *counters) add(s local.Spend, now time.Time) (lost int64) {
+	full := cs.bytesFull
 	c := cs.get(keyOf(s.Key, s.Limit, s.Window), now)
 	if c == nil {
+		if cs.bytesFull != full {
+			cs.bytesLost += s.Spent
+		}
 		return s.Spent
 	}
 	if c.hits == 0 && s.Since > 0 {

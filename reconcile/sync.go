@@ -20,6 +20,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,9 @@ import (
 // Defaults for SyncConfig's zero fields.
 const (
 	DefaultMaxPending = 1 << 20
-	DefaultBatchSize  = 2000
+	// DefaultMaxPendingBytes bounds the memory of Sync's pending spend.
+	DefaultMaxPendingBytes = 64 << 20
+	DefaultBatchSize       = 2000
 	// sweepEvery is how many rounds pass between sweeps of idle keys.
 	sweepEvery = 10
 	// sweepPerShard bounds the keys a sweep looks at per shard.
@@ -82,6 +85,13 @@ type SyncConfig struct {
 	// (while it is unreachable). Zero means 1,048,576. Spend beyond it is
 	// dropped, counted in Stats.LostSpend and logged once per round.
 	MaxPending int
+	// MaxPendingBytes bounds the memory those counters take, as the
+	// reconciler estimates it (about 400 bytes a key and its length): what
+	// spend waiting for Redis through an outage may hold. Zero means 64 MiB
+	// (some 160,000 keys); negative means no bound but MaxPending. Spend of
+	// a new key beyond it is dropped, counted in Stats.LostSpend and
+	// Stats.PendingDropped, and logged once.
+	MaxPendingBytes int64
 	// ActiveWindow is Redis's active window (remote.Options.ActiveWindow):
 	// an acknowledged key idle for half of it is forgotten, well before
 	// Redis forgets this node's totals for it. Zero means 10 s.
@@ -109,8 +119,9 @@ type Deps struct {
 // Sync reconciles a Sync-mode node: the spend it made in memory while
 // Redis could not decide (degraded, or a decision whose call timed out)
 // reported to Redis's exact state, and the share of each key Redis grants
-// it for deciding alone under a lease. Run it on one goroutine; Round, Flush
-// and Uncertain may be called from others (rounds never overlap).
+// it for deciding alone under a lease. Run it on one goroutine; Round, Flush,
+// Begin, Settle and Uncertain may be called from others (rounds never
+// overlap).
 type Sync struct {
 	rounds
 	cfg  SyncConfig
@@ -125,18 +136,24 @@ type Sync struct {
 	leases   map[keyLim]*lease   // shares Redis granted, until they lapse
 	picks    []pick
 
-	taken   []local.Spend
-	reports []remote.Report
-	sent    []sentReport
-	round   *remote.Round
-	dropped uint64 // the engine's dropped spend last seen
+	taken      []local.Spend
+	unsure     []spendKey // keys with timed-out decisions noted since the last round
+	lostUnsure int64      // their spend dropped for want of room, for the round to count
+	reports    []remote.Report
+	sent       []sentReport
+	round      *remote.Round
+	dropped    uint64 // the engine's dropped spend last seen
 
-	seq atomic.Int64 // sequence numbers of sync decisions
+	seqs seqs // sequence numbers of sync decisions, and the node's low mark
 
 	stats struct {
 		keys, lost, lostState, faults, deferred atomic.Uint64
+		pendingDropped, pendingBytes            atomic.Uint64
 		pending, leases                         atomic.Int64
 	}
+	bytesLogged  bool        // the bound on bytes was logged; r.mu
+	fleetLogged  atomic.Bool // a fault of the fleet's keys was logged
+	forcedLogged atomic.Bool // a timed-out decision settled unanswered was logged
 }
 
 // sentReport is what a report carried, to acknowledge when its answer comes.
@@ -173,6 +190,9 @@ func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = DefaultMaxPending
 	}
+	if cfg.MaxPendingBytes == 0 {
+		cfg.MaxPendingBytes = DefaultMaxPendingBytes
+	}
 	if cfg.ActiveWindow <= 0 {
 		cfg.ActiveWindow = remote.DefaultActiveWindow
 	}
@@ -181,9 +201,9 @@ func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
 		log = slog.Default()
 	}
 	r := &Sync{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: log,
-		counters: newCounters(cfg.MaxPending), round: new(remote.Round),
+		counters: newCounters(cfg.MaxPending, max(cfg.MaxPendingBytes, 0)), round: new(remote.Round),
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease)}
-	r.seq.Store(deps.Clock.Now().UnixMicro())
+	r.seqs.next = deps.Clock.Now().UnixMicro()
 	deps.Engine.SetFleet(cfg.FleetSize, 1)
 	return r, nil
 }
@@ -261,6 +281,30 @@ func (r *Sync) lose(weight int64, why string, args ...any) {
 	r.log.Warn("reconcile: spend lost: "+why, append([]any{"weight", weight, "lost_total", r.stats.lost.Load()}, args...)...)
 }
 
+// losePending counts and logs spend the counters had no room for: beyond
+// MaxPending keys (logged every round it happens), or beyond MaxPendingBytes
+// (logged once).
+func (r *Sync) losePending(lost int64) {
+	r.mu.Lock()
+	byBytes := r.counters.bytesLost
+	r.counters.bytesLost = 0
+	first := byBytes > 0 && !r.bytesLogged
+	r.bytesLogged = r.bytesLogged || byBytes > 0
+	bytes := r.counters.bytes
+	r.mu.Unlock()
+	if byBytes > 0 {
+		r.stats.pendingDropped.Add(uint64(byBytes))
+		r.stats.lost.Add(uint64(byBytes))
+		if first {
+			r.log.Warn("reconcile: spend lost: the spend waiting for redis reached MaxPendingBytes; spend of new keys is dropped until redis takes it (counted in Stats().Reconcile.PendingDropped and LostSpend; logged once)",
+				"weight", byBytes, "max_pending_bytes", r.cfg.MaxPendingBytes, "pending_bytes", bytes)
+		}
+	}
+	if rest := lost - byBytes; rest > 0 {
+		r.lose(rest, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
+	}
+}
+
 // Flush takes every spend the engine holds, due or not, reports it, and
 // tells whether everything this node spent has reached Redis: nil, or why
 // not and how much is still unreported. When a round fails and ctx has a
@@ -335,6 +379,9 @@ type Stats struct {
 	LostSpend           uint64        // weight dropped: a bound hit, or a key Redis refuses
 	StateLost           uint64        // keys Redis had lost state of (evicted, deleted, restarted empty), restored
 	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
+	PendingDropped      uint64        // Sync: weight dropped because pending spend reached MaxPendingBytes (also in LostSpend)
+	PendingBytes        uint64        // Sync: the memory pending spend takes, as estimated against MaxPendingBytes
+	UncertainForced     uint64        // Sync: timed-out decisions let go unreported after 65,536 later ones (may count twice)
 	Leases              int           // keys whose share Redis granted under a live lease
 	Pending             int           // keys with spend Redis has not acknowledged, as of a recent round
 	Nodes               int           // nodes in the fleet at the last round (Async: the most seen within the active window)
@@ -348,7 +395,7 @@ func (r *Sync) Stats() Stats {
 	return Stats{
 		Rounds: r.count.Load(), RoundErrors: r.errors.Load(), KeysSent: r.stats.keys.Load(),
 		Deferred: r.stats.deferred.Load(), LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(),
-		KeyFaults: r.stats.faults.Load(), Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()),
+		KeyFaults: r.stats.faults.Load(), PendingDropped: r.stats.pendingDropped.Load(), PendingBytes: r.stats.pendingBytes.Load(), UncertainForced: r.seqs.forcedCount(), Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()),
 		Nodes: int(r.nodes.Load()), LastRound: time.Duration(r.last.Load()),
 	}
 }
@@ -362,12 +409,59 @@ func windowOf(lim limit.Limit, rnow int64) int64 {
 	return rnow / int64(lim.Period)
 }
 
+// comparePicks orders picks most pressing first, and among equals a key's
+// older counter first (epochs are unique: the order is total).
+func comparePicks(a, b pick) int {
+	if a.prio != b.prio {
+		return b.prio - a.prio
+	}
+	return cmp.Compare(a.c.epoch, b.c.epoch)
+}
+
 // sortPicks orders picks most pressing first.
-func sortPicks(p []pick) {
-	slices.SortFunc(p, func(a, b pick) int {
-		if a.prio != b.prio {
-			return b.prio - a.prio
+func sortPicks(p []pick) { slices.SortFunc(p, comparePicks) }
+
+// topPicks moves the k most pressing of p to its front, in order, and
+// returns them: what sorting all of p and keeping k would, in O(n log k)
+// rather than O(n log n) (a round after an outage looks at every counter
+// with spend waiting, a million of them, and reports a few thousand).
+func topPicks(p []pick, k int) []pick {
+	if k <= 0 {
+		return p[:0]
+	}
+	if len(p) <= k {
+		sortPicks(p)
+		return p
+	}
+	// p[:k] is a heap whose root is the least pressing of the k kept.
+	h := p[:k]
+	worse := func(i, j int) bool { return comparePicks(h[i], h[j]) > 0 }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= k {
+				return
+			}
+			m := l
+			if r := l + 1; r < k && worse(r, l) {
+				m = r
+			}
+			if !worse(m, i) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
 		}
-		return int(a.c.epoch - b.c.epoch) // a key's older counter first
-	})
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range p[k:] {
+		if comparePicks(x, h[0]) < 0 {
+			h[0] = x
+			down(0)
+		}
+	}
+	sortPicks(h)
+	return h
 }

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 var bg = context.Background()
 
 func TestCountersAreRunningTotals(t *testing.T) {
-	cs := newCounters(2)
+	cs := newCounters(2, 0)
 	lim := limit.PerSecond(10)
 	win := lim.WithAlgorithm(limit.FixedWindow)
 	now := time.Unix(1_800_000_000, 0)
@@ -64,7 +64,7 @@ type fixture struct {
 	logs   *bytes.Buffer
 }
 
-func newFixture(t *testing.T, cfg SyncConfig, opts ...remote.Options) *fixture {
+func newFixture(t testing.TB, cfg SyncConfig, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
 	e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: true})
@@ -84,7 +84,7 @@ func newFixture(t *testing.T, cfg SyncConfig, opts ...remote.Options) *fixture {
 	return &fixture{srv: srv, engine: e, store: s, b: b, r: r, logs: logs}
 }
 
-func (f *fixture) allow(t *testing.T, key string, lim limit.Limit, n int64) bool {
+func (f *fixture) allow(t testing.TB, key string, lim limit.Limit, n int64) bool {
 	res, err := f.engine.AllowN(time.Now().UnixNano(), key, lim, n)
 	require.NoError(t, err)
 	return res.Allowed
@@ -338,7 +338,7 @@ func (h *batchHook) pipelines() []int {
 
 // warmUp runs a round with one key, so Redis has the scripts and the
 // calls counted after it are the batches alone.
-func warmUp(t *testing.T, f *fixture) {
+func warmUp(t testing.TB, f *fixture) {
 	t.Helper()
 	require.True(t, f.allow(t, "warm-up", limit.PerSecond(1), 1))
 	require.NoError(t, f.r.Round(bg))

@@ -35,6 +35,7 @@ type pick struct {
 // Redis's clock); span is how long it was granted for.
 type lease struct {
 	grant, end, span int64
+	idle             bool // found unused past half its span: left to lapse, not looked at again
 }
 
 // build chooses the counters this round reports and fills r.reports and
@@ -60,7 +61,7 @@ func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 			prio = prioPressure
 		case c.renew:
 			prio = prioRenew
-		case c.due || c.uncertainSeq != 0:
+		case c.due || len(c.uncertain) > 0:
 			prio = prioSpend
 		case c.orphan && unsent > 0:
 			prio = prioOrphan
@@ -69,30 +70,35 @@ func (r *Sync) build(rnow int64, flush bool) (deferred int) {
 			picks = append(picks, pick{c: c, prio: prio})
 		}
 	}
-	sortPicks(picks)
-	if !flush && len(picks) > r.cfg.MaxReports {
-		deferred = len(picks) - r.cfg.MaxReports
-		picks = picks[:r.cfg.MaxReports]
+	if flush {
+		sortPicks(picks)
+	} else {
+		deferred = max(len(picks)-r.cfg.MaxReports, 0)
+		picks = topPicks(picks, r.cfg.MaxReports)
 	}
+	clear(picks[len(picks):cap(picks)]) // the counters of picks left out, for the GC
 	r.picks = picks
 
 	taken := r.deps.Clock.Now()
+	low := r.seqs.low()
 	r.reports, r.sent = r.reports[:0], r.sent[:0]
 	for _, p := range picks {
 		c := p.c
+		named, held := carry(c)
+		total := c.total - held // the weight of a timed-out decision goes with its name
 		seconds := max(taken.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
 		est, _ := r.deps.Engine.Estimate(c.key, c.lim)
 		r.reports = append(r.reports, remote.Report{
 			Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
-			Total: c.total, Refilled: c.refilled, Acked: c.acked, AckedRefilled: c.ackedRefilled,
+			Total: total, Refilled: min(c.refilled, total), Acked: c.acked, AckedRefilled: c.ackedRefilled,
 			Demand: float64(c.hits) / seconds, Estimate: est, Now: rnow,
-			UncertainSeq: c.uncertainSeq, UncertainN: c.uncertainN,
+			Uncertain: named, SeqLow: low,
 		})
 		grant := int64(-1)
 		if l := r.leases[keyLim{c.key, c.lim}]; l != nil {
 			grant = l.grant
 		}
-		r.sent = append(r.sent, sentReport{c: c, total: c.total, refilled: c.refilled, hits: c.hits, taken: taken,
+		r.sent = append(r.sent, sentReport{c: c, total: total, refilled: min(c.refilled, total), hits: c.hits, taken: taken,
 			pressure: p.prio == prioPressure, grant: grant, due: c.due, orphan: c.orphan, renew: c.renew})
 		c.due, c.orphan, c.renew = false, false, false
 		if p.prio == prioPressure {
@@ -119,8 +125,8 @@ func restore(sent []sentReport) {
 func (r *Sync) renewals(rnow int64) {
 	now := r.deps.Clock.Now()
 	for kl, l := range r.leases {
-		if l.end-rnow > l.span/2 {
-			continue
+		if l.idle || l.end-rnow > l.span/2 {
+			continue // an idle lease is looked at once: after an outage's drain, a lease per key drained
 		}
 		r.taken = r.deps.Engine.TakeKey(rnow, kl.key, kl.lim, r.taken[:0])
 		active := false
@@ -132,6 +138,8 @@ func (r *Sync) renewals(rnow int64) {
 		c := r.counters.get(keyOf(kl.key, kl.lim, windowOf(kl.lim, rnow)), now)
 		if c != nil && (active || c.hits > 0) {
 			c.renew = true
+		} else {
+			l.idle = true
 		}
 	}
 }
@@ -178,6 +186,9 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 			restore(sent[i : i+1])
 			if remote.IsKeyFault(a.Err) {
 				r.stats.faults.Add(1)
+				if len(rep.Uncertain) > 0 {
+					r.dropNamed(c, rep.Uncertain)
+				}
 				if !c.faulted {
 					c.faulted = true
 					seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: 1})
@@ -197,8 +208,8 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 		c.ackedRefilled = max(c.ackedRefilled, s.refilled)
 		c.hits = max(c.hits-s.hits, 0)
 		c.since, c.last = s.taken, s.taken
-		if rep.UncertainSeq != 0 && c.uncertainSeq == rep.UncertainSeq {
-			c.uncertainSeq, c.uncertainN = 0, 0
+		if len(rep.Uncertain) > 0 {
+			r.settleNamed(c, rep.Uncertain)
 		}
 		if s.pressure {
 			if s.grant >= 0 && absDiff(a.Grant, s.grant)*8 <= max(s.grant, 1) {
@@ -214,7 +225,7 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 			l = &lease{}
 			r.leases[kl] = l
 		}
-		l.grant, l.end, l.span = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now
+		l.grant, l.end, l.span, l.idle = a.Grant, a.LeaseEnd, a.LeaseEnd-a.Now, false
 		if a.Lost {
 			r.stats.lostState.Add(1)
 			if lostKeys++; lostKeys == 1 {
@@ -263,13 +274,13 @@ func (r *Sync) named1(key, msg string, args ...any) {
 func (r *Sync) forget(now time.Time, rnow int64) {
 	idle := r.cfg.ActiveWindow / 2
 	for k, c := range r.counters.m {
-		if c.total != c.acked || c.hits != 0 || c.faulted || c.uncertainSeq != 0 || now.Sub(c.last) <= idle {
+		if c.total != c.acked || c.hits != 0 || c.faulted || len(c.uncertain) > 0 || now.Sub(c.last) <= idle {
 			continue
 		}
 		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == windowOf(c.lim, rnow) {
 			continue
 		}
-		delete(r.counters.m, k)
+		r.counters.remove(k)
 	}
 }
 
@@ -312,10 +323,12 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	}
 	r.releaseTaken()
 	r.renewals(rnow)
+	r.takeUnsure(rnow, start)
+	lost, r.lostUnsure = lost+r.lostUnsure, 0
 	deferred := r.build(rnow, flush)
 	r.mu.Unlock()
 	if lost > 0 {
-		r.lose(lost, "too many keys to keep a count of", "max_pending", r.cfg.MaxPending)
+		r.losePending(lost)
 	}
 	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
 	r.stats.deferred.Add(uint64(deferred))
@@ -338,10 +351,11 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	}
 	end := r.deps.Clock.Now()
 	info.Duration = end.Sub(start)
-	r.mu.Lock()
-	r.stats.pending.Store(int64(r.counters.unacked()))
-	r.mu.Unlock()
 	if err != nil {
+		r.mu.Lock()
+		r.stats.pending.Store(int64(r.counters.unacked()))
+		r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
+		r.mu.Unlock()
 		info.Err = err
 		return info, err
 	}
@@ -351,6 +365,7 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	r.forget(end, now)
 	r.counters.shrink(&r.peak)
 	r.stats.pending.Store(int64(r.counters.unacked()))
+	r.stats.pendingBytes.Store(uint64(max(r.counters.bytes, 0)))
 	rounds := r.n
 	r.mu.Unlock()
 	if rounds%sweepEvery == 0 {
@@ -379,9 +394,25 @@ func (r *Sync) sendBatch(ctx context.Context, from, to int) error {
 		return err
 	}
 	received := r.deps.Clock.Now()
-	r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
-	r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
+	if round.HeartbeatFault != nil {
+		r.fleetFault(round.HeartbeatFault)
+	} else {
+		r.deps.Offset.Observe(callSent, time.Unix(0, round.Now), received)
+		r.deps.Engine.SetFleet(r.cfg.FleetSize, round.Nodes)
+	}
 	r.stats.keys.Add(uint64(len(reports)))
 	r.apply(reports, sent, round.Answers, r.deps.Offset.Map(received))
 	return nil
+}
+
+// fleetFault counts a round whose heartbeat Redis refused because the
+// fleet's keys hold values of another type, and logs it once: the node's
+// reports are still applied, but it learns neither the fleet's size (it
+// keeps dividing by the last it knew, or FleetSize) nor Redis's time.
+func (r *Sync) fleetFault(err error) {
+	r.stats.faults.Add(1)
+	if r.fleetLogged.CompareAndSwap(false, true) {
+		r.log.Warn("reconcile: redis holds a value of another type for the fleet's keys: this node's heartbeat is refused, so it counts the fleet as it last knew it (or FleetSize) until that value is gone; its reports are applied (counted in Stats.KeyFaults; logged once)",
+			"err", err, "fleet", r.deps.Engine.Fleet())
+	}
 }

@@ -34,6 +34,13 @@ type Known struct {
 	// Seq is this node's sequence number for the decision (positive: kept
 	// in the key when admitted; see AllowNKnown).
 	Seq int64
+	// Low is the caller's low mark: every decision of this node with a
+	// sequence number at or below it has had its answer, or was reported
+	// (Report.Uncertain) and that report acknowledged. Redis keeps the
+	// admitted decisions of the node above it, and forgets those at or
+	// below: a report names a timed-out decision however many the node
+	// made since. Zero keeps the node's last eight, as before.
+	Low int64
 	// Estimate is the caller's estimate of the key's state (the local
 	// engine's, kept warm by earlier decisions), and Now its Redis-aligned
 	// time then (Unix ns): when Redis finds the key's state gone while the
@@ -65,7 +72,7 @@ func (s *Store) AllowN(ctx context.Context, key string, lim limit.Limit, n int64
 
 // AllowNKnown is AllowN with what the caller knows (see Known). A caller
 // that gives up waiting for the answer and decides the request again in
-// memory names k.Seq in the report of that spend (Report.UncertainSeq), so
+// memory names k.Seq in the report of that spend (Report.Uncertain), so
 // the request is counted once whether or not this call reached Redis. The
 // sliding window log, which has no report, ignores it.
 func (s *Store) AllowNKnown(ctx context.Context, key string, lim limit.Limit, n int64, k Known) (Decision, error) {
@@ -128,6 +135,16 @@ func (s *Store) CancelN(ctx context.Context, key string, lim limit.Limit, n, act
 	return gave, d, err
 }
 
+// seqArg encodes k's sequence number and low mark as the decide scripts
+// read them: "seq:low", or "seq" without a low mark.
+func seqArg(k Known) string {
+	seq := strconv.FormatInt(max(k.Seq, 0), 10)
+	if k.Low <= 0 || k.Seq <= 0 {
+		return seq
+	}
+	return seq + ":" + strconv.FormatInt(k.Low, 10)
+}
+
 func check(key string, lim limit.Limit, n int64) error {
 	if err := limit.CheckKey(key); err != nil {
 		return err
@@ -147,7 +164,7 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	vals, err := run(ctx, s.client, s.scripts.gcra, []string{redisKey(s.prefix, lim, key)},
-		interval, tau, n, mode, ms(s.active), s.node, k.Seq, est, a9, a10).Slice()
+		interval, tau, n, mode, ms(s.active), s.node, seqArg(k), est, a9, a10).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -201,7 +218,7 @@ func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64
 	if lim.Algorithm == limit.SlidingWindowCounter {
 		sliding = 1
 	}
-	args := []any{int64(lim.Period / time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, k.Seq,
+	args := []any{int64(lim.Period / time.Microsecond), lim.Rate, n, sliding, ms(s.active), s.node, seqArg(k),
 		k.Estimate.Window, max(k.Estimate.Count, 0), max(k.Estimate.Prev, 0)}
 	var loc *time.Location
 	var near [3]limit.Window // the node's window and its neighbours

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,11 +55,48 @@ type Report struct {
 	// applying the report, and spends it if admitted (Answer.Admitted). The
 	// node then counts it in its Total.
 	Heavy int64
-	// UncertainSeq and UncertainN name a sync decision (Store.AllowN's seq)
-	// that timed out, so its fate in Redis is unknown, and that the node also
-	// decided, and counted in Total, in memory: if Redis did apply it, its
-	// weight is not applied again.
-	UncertainSeq, UncertainN int64
+	// Uncertain names the sync decisions (Store.AllowNKnown's Known.Seq)
+	// that timed out, so their fate in Redis is unknown, and that the node
+	// also decided, and counted in Total, in memory: the weight of each that
+	// Redis did apply is not applied again, and each that it did not is
+	// fenced off, so that the call, should it still arrive, changes nothing.
+	// However many there are: Redis keeps every decision of the node above
+	// SeqLow (see Known.Low). Total must not count the weight of a timed-out
+	// decision the report does not name.
+	Uncertain []Uncertain
+	// SeqLow is the node's low mark of sequence numbers (Known.Low): Redis
+	// forgets the decisions at or below it.
+	SeqLow int64
+}
+
+// Uncertain is a sync decision that timed out: its sequence number and
+// weight.
+type Uncertain struct {
+	Seq, N int64
+}
+
+// uncertainArg encodes us as the reconcile script reads it: "seq:n seq:n",
+// or "0" for none.
+func uncertainArg(us []Uncertain) string {
+	if len(us) == 0 {
+		return "0"
+	}
+	b := make([]byte, 0, len(us)*24)
+	for _, u := range us {
+		if u.Seq <= 0 || u.N <= 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, u.Seq, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, u.N, 10)
+	}
+	if len(b) == 0 {
+		return "0"
+	}
+	return string(b)
 }
 
 // Answer is the global state of one key after a report was applied.
@@ -101,9 +139,15 @@ type Round struct {
 	// a report made on the decision path, between rounds.
 	NoHeartbeat bool
 	// Now is Redis's TIME at the round's heartbeat, in Unix ns; Nodes is how
-	// many nodes are active in the fleet.
+	// many nodes are active in the fleet. Both are zero when the heartbeat
+	// failed.
 	Now   int64
 	Nodes int
+	// HeartbeatFault is set when the heartbeat failed for its own keys (the
+	// fleet's keys hold values of another type, IsKeyFault) while Redis
+	// answered: the reports were still applied, and Reconcile's error says
+	// only how they fared. The node learns neither the fleet nor the time.
+	HeartbeatFault error
 	// Answers holds one Answer per Report, in order.
 	Answers []Answer
 }
@@ -174,11 +218,18 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 		}
 		return nil
 	}
+	round.Now, round.Nodes, round.HeartbeatFault = 0, 0, nil
 	if err = readHeartbeat(calls[0], hb); err == nil {
 		round.Now, round.Nodes = hb.Now, hb.Nodes
 	}
 	for _, c := range calls[1:] {
 		s.answers(c, reports, round.Answers)
+	}
+	if IsKeyFault(err) {
+		// The fleet's keys are another's: the reports, on keys of their own,
+		// stand or fall alone.
+		round.HeartbeatFault = err
+		return roundError(round.Answers, func(a Answer) error { return a.Err })
 	}
 	if err != nil {
 		return err
@@ -267,10 +318,7 @@ func reconcileArgs(r Report) []any {
 	acked := min(max(r.Acked, 0), total)
 	ackedCharge := min(acked-min(max(r.AckedRefilled, 0), acked), charge)
 	heavy := max(r.Heavy, 0)
-	useq, un := max(r.UncertainSeq, 0), max(r.UncertainN, 0)
-	if useq == 0 {
-		un = 0
-	}
+	useq, low := uncertainArg(r.Uncertain), max(r.SeqLow, 0)
 	switch r.Limit.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
 		level := max(r.Estimate.TAT-r.Now, 0)
@@ -278,14 +326,14 @@ func reconcileArgs(r Report) []any {
 			level = 0
 		}
 		return []any{0, int64(r.Limit.Interval()), int64(r.Limit.Tolerance()), r.Epoch, total, charge, acked, ackedCharge,
-			0, demand, level, 0, 0, heavy, useq, un}
+			0, demand, level, 0, 0, heavy, useq, low}
 	default:
 		kind := 1
 		if r.Limit.Algorithm == limit.SlidingWindowCounter {
 			kind = 2
 		}
 		return []any{kind, int64(r.Limit.Period / time.Microsecond), r.Limit.Rate, r.Epoch, total, charge, acked, ackedCharge,
-			r.Window, demand, r.Estimate.Window, max(r.Estimate.Count, 0), max(r.Estimate.Prev, 0), heavy, useq, un}
+			r.Window, demand, r.Estimate.Window, max(r.Estimate.Count, 0), max(r.Estimate.Prev, 0), heavy, useq, low}
 	}
 }
 

@@ -706,12 +706,46 @@ func TestTimedOutSyncDecisionCountedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 	var r Round
-	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 5, UncertainSeq: 7, UncertainN: 5}}, &r))
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 5, Uncertain: []Uncertain{{Seq: 7, N: 5}}}}, &r))
 	d, _ = s.AllowN(bg, "k", lim, 0)
 	assert.Equal(t, int64(95), d.Remaining, "counted once")
 
 	// Sequence 8 never reached Redis: the report's spend is applied.
-	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 8, Acked: 5, UncertainSeq: 8, UncertainN: 3}}, &r))
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 8, Acked: 5, Uncertain: []Uncertain{{Seq: 8, N: 3}}}}, &r))
 	d, _ = s.AllowN(bg, "k", lim, 0)
 	assert.Equal(t, int64(92), d.Remaining)
+}
+
+// Redis keeps every admitted sync decision above the node's low mark, not
+// the last eight: a report names a timed-out decision however many the node
+// made on the key since, and names them all; a named decision that never
+// ran is fenced off, so its call changes nothing if it still arrives.
+func TestTimedOutSyncDecisionsAmongManyCountedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := New(srv.Client(t), Options{Node: "n"})
+	lim := limit.Per(1000, time.Hour)
+	for seq := int64(10); seq < 110; seq++ { // 10 and 50 time out: the low mark stays at 9
+		d, err := s.AllowNKnown(bg, "k", lim, 1, Known{Seq: seq, Low: 9})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	var r Round
+	// The node counted 10, 50 and 200 (which it never sent) in memory.
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 3,
+		Uncertain: []Uncertain{{Seq: 10, N: 1}, {Seq: 50, N: 1}, {Seq: 200, N: 1}}, SeqLow: 9}}, &r))
+	d, _ := s.AllowN(bg, "k", lim, 0)
+	assert.Equal(t, int64(1000-101), d.Remaining, "10 and 50 counted once, 200 by the report")
+
+	// The same report again (its answer lost): nothing more.
+	require.NoError(t, s.Reconcile(bg, []Report{{Key: "k", Limit: lim, Epoch: 1, Total: 3,
+		Uncertain: []Uncertain{{Seq: 10, N: 1}, {Seq: 50, N: 1}, {Seq: 200, N: 1}}, SeqLow: 9}}, &r))
+	d, _ = s.AllowN(bg, "k", lim, 0)
+	assert.Equal(t, int64(1000-101), d.Remaining, "a report sent twice counts once")
+
+	// 200's call arrives late: fenced, it changes nothing.
+	d, err := s.AllowNKnown(bg, "k", lim, 1, Known{Seq: 200, Low: 109})
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "a decision already counted from memory is not applied")
+	d, _ = s.AllowN(bg, "k", lim, 0)
+	assert.Equal(t, int64(1000-101), d.Remaining)
 }

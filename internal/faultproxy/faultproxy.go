@@ -47,6 +47,15 @@ func (p *Proxy) Latency(t testing.TB, d time.Duration) {
 	p.add(t, fmt.Sprintf(`{"name":"latency_up","type":"latency","stream":"upstream","attributes":{"latency":%d}}`, ms))
 }
 
+// ReplyLatency delays every byte from the server to the client by d, and
+// nothing the other way: a request reaches the server, and runs there, at
+// once; its reply comes d late. A client whose timeout is shorter than d
+// gives up on a call the server has already carried out.
+func (p *Proxy) ReplyLatency(t testing.TB, d time.Duration) {
+	t.Helper()
+	p.add(t, fmt.Sprintf(`{"name":"latency_down","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, d.Milliseconds()))
+}
+
 // ResetPeers resets every connection as soon as it sends anything, until
 // Clear: the client sees ECONNRESET.
 func (p *Proxy) ResetPeers(t testing.TB) {

@@ -15,10 +15,13 @@
 --          3 token reserve, 4 cancel a reservation
 -- ARGV[5]  ms the key outlives a full bucket
 -- ARGV[6]  node                          ARGV[7]  the decision's sequence
---          number for this node (0: none); when the request is admitted it
---          is kept in q:<node> (the node's last eight), so a report of the
---          same request decided again in memory after this call timed out is
---          not applied twice
+--          number for this node (0: none), and after a colon the node's low
+--          mark; when the request is admitted it is kept in q:<node> (every
+--          one above the low mark; without one, the node's last eight), so a
+--          report of the same request decided again in memory after this
+--          call timed out is not applied twice; a decision the node already
+--          reported as timed out (d:<node>, see reconcile.lua) is refused and
+--          changes nothing
 -- ARGV[8]  the node's estimate of the level, ns (0: none): when the key's
 --          state is gone (evicted, deleted) while the node knew it spent, it
 --          is restored to at least that, and the reply says so
@@ -34,7 +37,13 @@ local tau = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
 local keep = tonumber(ARGV[5])
-local seq = tonumber(ARGV[7]) or 0
+-- ARGV[7] is "seq" or "seq:low": the decision's sequence number and the
+-- node's low mark (every decision of the node at or below it is settled).
+local seq, low
+do
+  local a, b = string.match(ARGV[7] or '', '^(%d+):?(%d*)$')
+  seq, low = tonumber(a) or 0, tonumber(b)
+end
 local estimate = tonumber(ARGV[8]) or 0
 
 local clock = redis.call('TIME')
@@ -42,7 +51,10 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
 local level = 0
 local qk = 'q:' .. ARGV[6]
-local st = redis.call('HMGET', KEYS[1], 't', 'l', 'x', qk, 'e', 'f')
+local st = redis.call('HMGET', KEYS[1], 't', 'l', 'x', qk, 'e', 'f', 'd:' .. ARGV[6])
+-- A decision the node reported as timed out before it arrived here (d:<node>,
+-- see reconcile.lua) was counted from the node's memory: it changes nothing.
+local fenced = seq > 0 and st[7] and string.find(' ' .. st[7] .. ' ', ' ' .. string.format('%d', seq) .. ' ', 1, true)
 local t, l = tonumber(st[1]), tonumber(st[2])
 local lost = 0
 if t and l then
@@ -90,6 +102,7 @@ elseif mode == 3 then
 else
   allowed = level + cost <= tau
 end
+if fenced then allowed = false end
 if allowed and n > 0 then
   if mode ~= 4 then level = level + cost end
   local need = math.floor(now / 1000) + math.ceil(level / 1000000) + keep
@@ -103,12 +116,20 @@ if allowed and n > 0 then
     redis.call('HSET', KEYS[1], 't', now, 'l', level, 'e', au, 'f', an)
   end
   if seq > 0 then
-    local list, count = string.format('%d', seq), 1
+    -- Keep the admitted decisions above the node's low mark (all of them: a
+    -- report may name any as timed out), newest first; without a low mark
+    -- the last eight. A bound no node reaches keeps a key's record finite.
+    local list = {string.format('%d', seq)}
     for q in string.gmatch(st[4] or '', '%d+') do
-      if count >= 8 then break end
-      list, count = list .. ' ' .. q, count + 1
+      if low then
+        if #list >= 65536 then break end
+        if tonumber(q) > low then list[#list + 1] = q end
+      else
+        if #list >= 8 then break end
+        list[#list + 1] = q
+      end
     end
-    redis.call('HSET', KEYS[1], qk, list)
+    redis.call('HSET', KEYS[1], qk, table.concat(list, ' '))
   end
 elseif lost == 1 then
   redis.call('HSET', KEYS[1], 't', now, 'l', level, 'x', math.floor(now / 1000) + math.ceil(level / 1000000) + 2 * keep)

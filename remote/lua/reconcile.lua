@@ -19,8 +19,17 @@
 --          window the spend was made in (windows); the demand (requests per
 --          second); the node's estimate of the key's state (bucket: level
 --          ns, 0, 0; window: w, c, p); a heavy request's weight to decide
---          now (0 for none); and a sync decision whose fate the node does not
---          know (its sequence number and weight, 0 0 for none).
+--          now (0 for none); the sync decisions whose fate the node does not
+--          know ("seq:n seq:n ...", their sequence numbers and weights; "0"
+--          for none); and the node's low mark of sequence numbers (0: none).
+--
+-- Sync decisions that timed out. The decide scripts keep in q:<node> every
+-- admitted decision of the node above its low mark. A report names the
+-- decisions it counts whose calls timed out: the weight of each found in
+-- q:<node> is not applied again, and it leaves q:<node>, so that a report
+-- sent twice subtracts it once; each not found goes to d:<node>, so that its
+-- call, should it still arrive, changes nothing. q:<node> forgets what is at
+-- or below the low mark; d:<node> keeps its newest 256.
 --
 -- Reports are idempotent. A node reports the totals it spent on a key since
 -- the counter's epoch began, never a difference, and the hash remembers per
@@ -67,7 +76,17 @@ local ONE = 32768
 local PER = 16
 local out = {now}
 local o = 1
-local ek, gk, qk = 'e:' .. node, 'g:' .. node, 'q:' .. node
+local ek, gk, qk, dk = 'e:' .. node, 'g:' .. node, 'q:' .. node, 'd:' .. node
+
+-- above returns the sequence numbers of list (space separated) above low,
+-- in order, as a table.
+local function above(list, low)
+  local t = {}
+  for q in string.gmatch(list or '', '%d+') do
+    if tonumber(q) > low then t[#t + 1] = q end
+  end
+  return t
+end
 
 local function emit(a, b, c, d, e, f, g, h, i)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
@@ -93,7 +112,7 @@ for i = 1, #KEYS do
   local acked, ackedCharge = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
   local sw, demand = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10])
   local e1, e2, e3 = tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13])
-  local heavy, useq, un = tonumber(ARGV[a + 14]), tonumber(ARGV[a + 15]), tonumber(ARGV[a + 16])
+  local heavy, useqs, seqLow = tonumber(ARGV[a + 14]), ARGV[a + 15], tonumber(ARGV[a + 16]) or 0
 
   local h = redis.pcall('HGETALL', key)
   if iserr(h) then
@@ -125,10 +144,33 @@ for i = 1, #KEYS do
       draw, dcharge = math.max(total - cb, 0), math.max(charge - hb, 0)
       cb, hb = math.max(cb, total), math.max(hb, charge)
     end
-    -- A sync decision that timed out and was also decided, and counted, in
-    -- memory: if it did reach Redis it is in the state already.
-    if useq > 0 and string.find(' ' .. (f[qk] or '') .. ' ', ' ' .. string.format('%d', useq) .. ' ', 1, true) then
-      draw, dcharge = math.max(draw - un, 0), math.max(dcharge - un, 0)
+    -- Sync decisions that timed out and were also decided, and counted, in
+    -- memory: each that did reach Redis is in the state already; each that
+    -- did not is fenced off.
+    local qNew, dNew
+    if useqs ~= '0' or (seqLow > 0 and f[qk]) then
+      local q, d = above(f[qk], seqLow), above(f[dk], 0)
+      local at = {}
+      for j, s in ipairs(q) do at[s] = j end
+      local sub = 0
+      for s, w in string.gmatch(useqs, '(%d+):(%d+)') do
+        if at[s] then
+          sub = sub + tonumber(w)
+          q[at[s]], at[s] = false, nil
+        else
+          d[#d + 1] = s
+        end
+      end
+      draw, dcharge = math.max(draw - sub, 0), math.max(dcharge - sub, 0)
+      local kept = {}
+      for _, s in ipairs(q) do
+        if s then kept[#kept + 1] = s end
+      end
+      -- The fence outlives the low mark (a call can arrive late), but keeps
+      -- only the newest 256: a call older than those is long gone.
+      local fence = {}
+      for j = math.max(#d - 255, 1), #d do fence[#fence + 1] = d[j] end
+      qNew, dNew = table.concat(kept, ' '), table.concat(fence, ' ')
     end
 
     local w = {}
@@ -195,6 +237,22 @@ for i = 1, #KEYS do
     local eField = int(ea) .. ':' .. int(ca) .. ':' .. int(ha) .. ':'
     if eb ~= nil then eField = eField .. int(eb) .. ':' .. int(cb) .. ':' .. int(hb) else eField = eField .. '::' end
     w[n + 3], w[n + 4] = ek, eField
+    local drop = {}
+    if qNew ~= nil then
+      if qNew ~= '' then
+        w[#w + 1] = qk
+        w[#w + 1] = qNew
+      else
+        drop[#drop + 1] = qk
+      end
+      if dNew ~= '' then
+        w[#w + 1] = dk
+        w[#w + 1] = dNew
+      else
+        drop[#drop + 1] = dk
+      end
+      n = #w - 4 -- the fields below go after these
+    end
 
     -- The node's demand, and the share it is granted.
     local pd, pseen = nil, nil
@@ -218,6 +276,8 @@ for i = 1, #KEYS do
           local id = string.sub(k, 3)
           stale[#stale + 1] = k
           stale[#stale + 1] = 'e:' .. id
+          stale[#stale + 1] = 'q:' .. id
+          stale[#stale + 1] = 'd:' .. id
         end
         if (tonumber(l1) or 0) > now then
           used = used + (tonumber(g1) or 0)
@@ -251,6 +311,7 @@ for i = 1, #KEYS do
       failed(r)
     else
       if expire then redis.pcall('PEXPIREAT', key, need + keep) end
+      for _, k in ipairs(drop) do stale[#stale + 1] = k end
       if #stale > 0 then redis.pcall('HDEL', key, unpack(stale)) end
       local flags = admitted * 2
       if lost then flags = flags + 1 end

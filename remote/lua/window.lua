@@ -25,7 +25,13 @@ local rate = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local sliding = ARGV[4] == '1'
 local keep = tonumber(ARGV[5])
-local seq = tonumber(ARGV[7]) or 0
+-- ARGV[7] is "seq" or "seq:low": the decision's sequence number and the
+-- node's low mark (every decision of the node at or below it is settled).
+local seq, low
+do
+  local a, b = string.match(ARGV[7] or '', '^(%d+):?(%d*)$')
+  seq, low = tonumber(a) or 0, tonumber(b)
+end
 local ew, ec, ep = tonumber(ARGV[8]) or 0, tonumber(ARGV[9]) or 0, tonumber(ARGV[10]) or 0
 
 local clock = redis.call('TIME')
@@ -52,7 +58,10 @@ else
 end
 
 local qk = 'q:' .. ARGV[6]
-local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', qk)
+local st = redis.call('HMGET', KEYS[1], 'w', 'c', 'p', 'x', qk, 'd:' .. ARGV[6])
+-- A decision the node reported as timed out before it arrived here (d:<node>,
+-- see reconcile.lua) was counted from the node's memory: it changes nothing.
+local fenced = seq > 0 and st[6] and string.find(' ' .. st[6] .. ' ', ' ' .. string.format('%d', seq) .. ' ', 1, true)
 local sw, c, p = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
 local lost = 0
 if sw == nil and ew > 0 and (ec > 0 or ep > 0) and ew >= w - 1 then
@@ -83,6 +92,7 @@ if sliding then
   used = math.ceil(p * (len - elapsed) / len) + c
 end
 local allowed = used + n <= rate
+if fenced then allowed = false end
 if allowed and n > 0 then
   c = c + n
   local need = math.ceil(ne / 1000) + keep
@@ -94,12 +104,20 @@ if allowed and n > 0 then
     redis.call('HSET', KEYS[1], 'w', w, 'c', c, 'p', p)
   end
   if seq > 0 then
-    local list, count = string.format('%d', seq), 1
+    -- Keep the admitted decisions above the node's low mark (all of them: a
+    -- report may name any as timed out), newest first; without a low mark
+    -- the last eight. A bound no node reaches keeps a key's record finite.
+    local list = {string.format('%d', seq)}
     for q in string.gmatch(st[5] or '', '%d+') do
-      if count >= 8 then break end
-      list, count = list .. ' ' .. q, count + 1
+      if low then
+        if #list >= 65536 then break end
+        if tonumber(q) > low then list[#list + 1] = q end
+      else
+        if #list >= 8 then break end
+        list[#list + 1] = q
+      end
     end
-    redis.call('HSET', KEYS[1], qk, list)
+    redis.call('HSET', KEYS[1], qk, table.concat(list, ' '))
   end
 elseif lost == 1 then
   local x = math.ceil(ne / 1000) + 2 * keep
