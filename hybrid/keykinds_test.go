@@ -161,27 +161,11 @@ func wrongType(t *testing.T, srv *redistest.Server, k string) string {
 }
 
 // asyncUncounted are the Async key kinds whose wrong type is neither counted
-// nor logged yet, and why. Their code (reconcile/async.go, ledger.go and
-// registry.lua) belongs to the share protocol's rework; a kind that is
+// nor logged, and why: none today (the ledger's keys and the registry's were
+// until the reconciler counted and logged their faults). A kind that is
 // counted and logged must leave this list, and any kind not on it must be.
-var asyncUncounted = map[string]string{
-	"kk:ltb:{}:<limit>":  ledgerGap,
-	"kk:llb:{}:<limit>":  ledgerGap,
-	"kk:lfw:{}:<limit>":  ledgerGap,
-	"kk:lswc:{}:<limit>": ledgerGap,
-	"kk:{}:reg":          registryGap,
-	"kk:{}:changed":      registryGap,
-	"kk:{}:expires":      registryGap,
-	"kk:{}:nodes":        registryGap,
-	"kk:{}:stamp":        registryGap,
-}
+var asyncUncounted = map[string]string{}
 
-const (
-	ledgerGap = "ledger.lua answers WRONGTYPE for the entry; reconcile.(*ledger).acked returns it and Async.sendLedger returns it as the round's error: " +
-		"counted in RoundErrors only (not KeyFaults), never logged, and retried every round (on a flush, the batches after it are not sent)"
-	registryGap = "registry.lua (the Async heartbeat, Store.ShareBeat) fails whole with WRONGTYPE; Async.beat hands the error to Shares.BeatDone and returns it: " +
-		"counted in RoundErrors only (the breaker excludes key faults), never logged; the node learns neither the fleet nor the registry's contests while it lasts"
-)
 
 // Every kind of key the limiter makes, found by SCAN after a short run of
 // each mode (so a renamed or new key cannot slip past), overwritten with a

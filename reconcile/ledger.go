@@ -29,6 +29,8 @@ type ledger struct {
 	// first, for a full ledger to forget (each checked again when popped:
 	// one may have been added to since).
 	settled []keyLim
+	// now is the clock the ledger reads (the reconciler's).
+	now func() time.Time
 }
 
 // tally is one key's running total.
@@ -36,11 +38,13 @@ type tally struct {
 	epoch, total, acked int64
 	sent                int64 // the flush it was last sent whole in
 	last                time.Time
-	inflight            bool
+	retryAt             time.Time // a key Redis refused: not sent again before
+
+	inflight bool
 }
 
 func newLedger(max int) *ledger {
-	return &ledger{m: make(map[keyLim]*tally), max: max}
+	return &ledger{m: make(map[keyLim]*tally), max: max, now: time.Now}
 }
 
 // get returns kl's tally, making it if there is room. l.mu is held.
@@ -89,6 +93,16 @@ func (l *ledger) take(spend []local.Spend, now time.Time) (lost int64) {
 	return lost
 }
 
+// holdOff keeps e's tally from being sent again before at: Redis refused
+// its key (another type at its name).
+func (l *ledger) holdOff(e remote.LedgerEntry, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.m[keyLim{e.Key, e.Limit}]; t != nil && t.epoch == e.Epoch {
+		t.retryAt = at
+	}
+}
+
 // beginFlush starts a flush: every total is to be sent whole once more.
 func (l *ledger) beginFlush() {
 	l.mu.Lock()
@@ -106,7 +120,7 @@ func (l *ledger) entries(most int, flushing bool) []remote.LedgerEntry {
 	var out []remote.LedgerEntry
 	for kl, t := range l.m {
 		owed := t.total > t.acked || flushing && t.sent != l.flushes && t.total > 0
-		if !owed || t.inflight {
+		if !owed || t.inflight || l.now().Before(t.retryAt) {
 			continue
 		}
 		if most > 0 && len(out) >= most {
