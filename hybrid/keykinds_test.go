@@ -166,7 +166,6 @@ func wrongType(t *testing.T, srv *redistest.Server, k string) string {
 // counted and logged must leave this list, and any kind not on it must be.
 var asyncUncounted = map[string]string{}
 
-
 // Every kind of key the limiter makes, found by SCAN after a short run of
 // each mode (so a renamed or new key cannot slip past), overwritten with a
 // value of another type: the fault is counted and logged once, and every
