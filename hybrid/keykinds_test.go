@@ -160,12 +160,6 @@ func wrongType(t *testing.T, srv *redistest.Server, k string) string {
 	return fmt.Sprint(typ) + " -> string"
 }
 
-// asyncUncounted are the Async key kinds whose wrong type is neither counted
-// nor logged, and why: none today (the ledger's keys and the registry's were
-// until the reconciler counted and logged their faults). A kind that is
-// counted and logged must leave this list, and any kind not on it must be.
-var asyncUncounted = map[string]string{}
-
 // Every kind of key the limiter makes, found by SCAN after a short run of
 // each mode (so a renamed or new key cannot slip past), overwritten with a
 // value of another type: the fault is counted and logged once, and every
@@ -205,8 +199,6 @@ func TestEveryKeyKindsWrongTypeIsLoggedAndCounted(t *testing.T) {
 			require.NotEmpty(t, names)
 			for _, kind := range names {
 				t.Run(strings.ReplaceAll(kind, "/", "|"), func(t *testing.T) {
-					why, known := asyncUncounted[kind]
-					known = known && mode == Async
 					srv.Flush()
 					r := startKeyKindRun(t, srv, mode)
 					var keys []string
@@ -226,10 +218,6 @@ func TestEveryKeyKindsWrongTypeIsLoggedAndCounted(t *testing.T) {
 					r.decide(t, 400*time.Millisecond)
 					logs := r.faultLogs()
 					t.Logf("%s; faults counted %d; logged:\n  %s", strings.Join(how, ", "), r.faults()-before, strings.Join(logs, "\n  "))
-					if known {
-						assert.False(t, r.faults() > before && len(logs) > 0, "%s is counted and logged now: take it off asyncUncounted", kind)
-						t.Skipf("KNOWN GAP, Async, %s: %s", kind, why)
-					}
 					assert.Greater(t, r.faults(), before, "the fault is counted (Stats().Faults.KeyFaults, Reconcile.KeyFaults or Reconcile.Shares.Faults)")
 					assert.NotEmpty(t, logs, "the fault is logged")
 					seen := map[string]int{}
