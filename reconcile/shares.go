@@ -671,7 +671,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
 		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
-		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq, Owed: snap.Owed,
+		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
 		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
 	if shadow.Full >= 0 {
 		op.Full = share.Micros(shadow.Full)
@@ -778,6 +778,7 @@ func (s *Shares) once(kl keyLim, msg string, args ...any) {
 func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	op := ks.op
 	ks.op = nil
+	ks.applied = op.Seq
 	if ks.faulted {
 		ks.faulted = false
 		s.eng.SetFault(ks.kl.key, ks.kl.lim, false)

@@ -64,6 +64,8 @@ type keyState struct {
 	callSeen, called int64
 	// joinEpoch is the contest a pending join answers (µs).
 	joinEpoch int64
+	// applied is the Seq of the last op whose answer was applied here.
+	applied int64
 
 	intents intent
 	// op is the op in flight or to retry (nil: none); retry is set when

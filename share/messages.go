@@ -69,6 +69,12 @@ type Op struct {
 	// the same op again, and the store, having applied it already, answers
 	// it again as it did instead of applying it twice.
 	Seq int64
+	// Applied is the Seq of the last op on the key whose answer the node
+	// applied (0: none in this contest). A store whose record of the node
+	// is older lost writes it had answered (a failover to a replica they
+	// had not reached): it takes the pool as wholly spent, as it does a
+	// contest it lost, rather than hand out room that was spent.
+	Applied int64
 }
 
 // Outcome is what the store did with an op's Want.

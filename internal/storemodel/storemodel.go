@@ -244,6 +244,16 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		fresh = true
 	}
 
+	// A store that lost writes it had answered (its record of the node is
+	// older than the last answer the node applied: a failover to a replica
+	// they had not reached): the pool's state may be older than what was
+	// spent from it, so it is taken as wholly spent now, as in a contest
+	// the store lost. The node's grant is settled below, believed.
+	if rec := h.Records[node]; !fresh && op.Applied != 0 && op.Epoch == h.Epoch && (rec == nil || rec.Seq < op.Applied) {
+		h.PoolState, h.PoolAt = p.Spent(now), now
+		reply.Lost = true
+	}
+
 	// 2. What lapsed: back to the pool as wholly spent, but for an even
 	// split, held back until the node could have recovered: a node that
 	// did not renew may be deciding degraded in one.

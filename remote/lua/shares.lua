@@ -11,11 +11,11 @@
 --          record (grant, lease, the last growth and its state, the last op
 --          and what it was told).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, then
---          per key 27
+--          per key 28
 --          values: the limit (kind, interval ns, tolerance ns, capacity,
 --          period µs, rate) and the op (epoch, held, keep, level, window,
 --          count, prev, at, want, asked, need, fleet, pooled, join, leave,
---          serve, seq, full, shadow, shadow since, owed).
+--          serve, seq, full, shadow, shadow since, owed, applied).
 -- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, 0; or for a key that failed: 0, the
@@ -26,7 +26,7 @@ local set = {lease = tonumber(ARGV[2]), window = tonumber(ARGV[3]), cooldown = t
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local ONE = 32768
-local PER = 27
+local PER = 28
 local OUT = 18
 local DONE, WAIT, CALL, NOROOM, ENDED = 0, 1, 2, 3, 4
 local BUCKET, FIXED, SLIDING, METER = 0, 1, 2, 3
@@ -437,6 +437,15 @@ local function apply(k, p, op)
   end
 
 
+  -- A store that lost writes it had answered (its record of the node is
+  -- older than the last answer the node applied: a failover): the pool is
+  -- taken as wholly spent now, as in a contest it lost.
+  local known = h.recs[node]
+  if not isFresh and op.applied ~= 0 and op.epoch == h.epoch and (known == nil or known.seq < op.applied) then
+    h.poolState, h.poolAt = spent(p, now), now
+    r.lost = 1
+  end
+
   -- 2. What lapsed: back to the pool as wholly spent, but for an even
   -- split, held back until the node could have recovered (it may be
   -- deciding degraded in one).
@@ -595,7 +604,7 @@ for i = 1, #KEYS do
   local op = {epoch = n(7), held = n(8), keep = n(9), state = {level = n(10), window = n(11), count = n(12), prev = n(13)},
     at = n(14), want = n(15), asked = n(16), need = n(17), fleet = n(18), pooled = n(19) == 1, join = n(20) == 1,
     leave = n(21) == 1, serve = n(22) == 1, seq = n(23), full = n(24), shadow = n(25), shadowSince = n(26),
-    owed = n(27) == 1}
+    owed = n(27) == 1, applied = n(28)}
   local ok, res = pcall(apply, KEYS[i], p, op)
   if ok then
     emit({1, res.outcome, res.epoch, res.grant, res.growth, res.pool.level, res.pool.window, res.pool.count,
