@@ -248,9 +248,17 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// older than the last answer the node applied: a failover to a replica
 	// they had not reached): the pool's state may be older than what was
 	// spent from it, so it is taken as wholly spent now, as in a contest
-	// the store lost. The node's grant is settled below, believed.
+	// the store lost. The node keeps no more than the store's record of
+	// it: what the lost writes granted it may have gone to another node
+	// since, from the same pool (two masters for a while, in a failover).
 	if rec := h.Records[node]; !fresh && op.Applied != 0 && op.Epoch == h.Epoch && (rec == nil || rec.Seq < op.Applied) {
 		h.PoolState, h.PoolAt = p.Spent(now), now
+		recorded := int64(0)
+		if rec != nil {
+			recorded = rec.Grant + rec.Hold
+		}
+		held = min(held, recorded)
+		keep = min(keep, held)
 		reply.Lost = true
 	}
 

@@ -443,6 +443,12 @@ local function apply(k, p, op)
   local known = h.recs[node]
   if not isFresh and op.applied ~= 0 and op.epoch == h.epoch and (known == nil or known.seq < op.applied) then
     h.poolState, h.poolAt = spent(p, now), now
+    -- the node keeps no more than the store's record of it: what the lost
+    -- writes granted it may have gone to another node since
+    local recorded = 0
+    if known ~= nil then recorded = known.grant + known.hold end
+    held = math.min(held, recorded)
+    keep = math.min(keep, held)
     r.lost = 1
   end
 
