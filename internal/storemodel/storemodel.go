@@ -351,7 +351,14 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.ExOK = false // the chance has passed
 	}
 
-	// 4. What it gives back.
+	// 4. What it gives back. While the pool owes share (the store believed
+	// nodes holding more than the limit in all: grants rebuilt after it
+	// lost a contest, next to even splits decided in while degraded), a
+	// node holding more than an even split pays the debt from the excess:
+	// else every renewal would keep the fleet over the limit.
+	if h.Pool < 0 && keep > even {
+		keep = max(keep+h.Pool, even)
+	}
 	if held > keep {
 		give(p, h, now, held-keep, state)
 	}

@@ -529,7 +529,9 @@ local function apply(k, p, op)
     h.exOK = false
   end
 
-  -- 4. What it gives back.
+  -- 4. What it gives back; while the pool owes share, a node holding more
+  -- than an even split pays the debt from the excess.
+  if h.pool < 0 and keep > e then keep = math.max(keep + h.pool, e) end
   if held > keep then give(p, h, held - keep, state) end
   rec.grant = keep
   if op.leave then
