@@ -203,8 +203,9 @@ func TestFloodOfNewKeysLeavesAHotKeyAlone(t *testing.T) {
 	total := tl.Total().Admitted
 	worst, at := tl.MaxWindow(time.Second)
 	// The bound over the span the decisions took in fact: a loaded
-	// machine's driver makes its last decisions after run has passed.
-	span := max(run, time.Duration(len(tl.Buckets))*tl.Bucket)
+	// machine's driver makes its last decisions after run has passed (the
+	// timeline files them in its last bucket; took is when they ended).
+	span := max(run, took)
 	bound := fleetsim.AsyncBound(rate, burst, interval, 10*time.Millisecond, 2, span)
 	bound1 := fleetsim.AsyncBound(rate, burst, interval, 10*time.Millisecond, 2, time.Second)
 	st := nodes[0].Stats()
