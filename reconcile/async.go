@@ -80,24 +80,7 @@ type Async struct {
 	ledger *ledger
 
 	stats struct {
-		sent, lost, keyFaults atomic.Uint64
-	}
-	// logged names the faults logged already, once each (a bounded set:
-	// a flood of faulty keys never floods the log; the stats count all).
-	logged sync.Map
-	nlog   atomic.Int64
-}
-
-// fault counts a key fault outside the share ops (the ledger's key of a
-// key, or the fleet's registry) and logs it the first time for what.
-func (a *Async) fault(what, key string, err error) {
-	a.stats.keyFaults.Add(1)
-	if _, seen := a.logged.Load(what + "\x00" + key); seen || a.nlog.Load() >= maxNamedKeys {
-		return
-	}
-	if _, seen := a.logged.LoadOrStore(what+"\x00"+key, struct{}{}); !seen {
-		a.nlog.Add(1)
-		a.log.Warn("reconcile: redis refuses "+what+": its key holds another type; counted in Stats.KeyFaults, tried again later", "key", key, "err", err)
+		sent, lost atomic.Uint64
 	}
 }
 
@@ -254,7 +237,7 @@ func (a *Async) beat(ctx context.Context) (RoundInfo, error) {
 	info := RoundInfo{Duration: received.Sub(sent), Err: err}
 	if err != nil {
 		if remote.IsKeyFault(err) {
-			a.fault("the fleet's registry (heartbeats go on failing: the node keeps the fleet it knew)", "", err)
+			a.sh.Refused("", limit.Limit{}, "the fleet's registry (heartbeats go on failing: the node keeps the fleet it knew)", err)
 		}
 		a.sh.BeatDone(b, nil, err, a.now())
 		return info, err
@@ -451,7 +434,7 @@ func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 		}
 		for i, err := range errs {
 			if err != nil && remote.IsKeyFault(err) {
-				a.fault("a key's ledger", entries[i].Key, err)
+				a.sh.Refused(entries[i].Key, entries[i].Limit, "a key's ledger", err)
 				a.ledger.holdOff(entries[i], now.Add(faultRetry))
 			}
 		}
@@ -480,7 +463,7 @@ func (a *Async) Stats() Stats {
 	sh := a.sh.Stats()
 	keys, _ := a.ledger.unacked()
 	return Stats{Rounds: a.count.Load(), RoundErrors: a.errors.Load(), KeysSent: a.stats.sent.Load(),
-		LostSpend: a.stats.lost.Load(), StateLost: sh.Lost, KeyFaults: sh.Faults + a.stats.keyFaults.Load(), Leases: sh.Contested,
+		LostSpend: a.stats.lost.Load(), StateLost: sh.Lost, KeyFaults: sh.Faults, Leases: sh.Contested,
 		Pending: keys, Nodes: sh.Nodes, LastRound: time.Duration(a.last.Load()), Shares: sh}
 }
 

@@ -147,7 +147,7 @@ type SharesStats struct {
 	Calls                           uint64 // calls this node made
 	Waits, NoRoom                   uint64 // asks answered wait, and refused until later
 	Lost, Over                      uint64 // contests the store had lost; grants the store had not accounted (degraded)
-	Faults                          uint64 // ops the store refused for the key itself
+	Faults                          uint64 // ops, ledger entries and heartbeats the store refused for the key itself
 	Expired                         uint64 // grants that lapsed before they were renewed
 	Resets                          uint64 // keys another node reset, started afresh here
 	Contested                       int    // keys this node holds as contested
@@ -760,6 +760,17 @@ func (s *Shares) fault(ks *keyState, err error, us int64) {
 	ks.op = nil
 	s.eng.SetFault(ks.kl.key, ks.kl.lim, true)
 	release(ks, Unreachable, 0)
+}
+
+// Refused counts a key fault outside the share ops (what names the key: a
+// key's ledger, the fleet's registry) and logs it the first time for
+// (key, lim).
+func (s *Shares) Refused(key string, lim limit.Limit, what string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.faults.Add(1)
+	s.once(keyLim{key, lim}, "reconcile: redis refuses "+what+": its key holds another type; counted in Stats.KeyFaults, tried again later",
+		"key", key, "err", err)
 }
 
 // once logs msg the first time it concerns kl, for up to maxNamedKeys keys:
