@@ -10,7 +10,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/clock"
-	"github.com/hybridlimit/hybridlimit/reconcile"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // Mode is how a Limiter makes its decisions: decide locally, in a shared
@@ -239,9 +239,9 @@ type Config struct {
 	OnRound func(RoundInfo)
 }
 
-// RoundInfo describes one reconciliation round (reconcile.RoundInfo), so
+// RoundInfo describes one reconciliation round (round.Info), so
 // callers of hybrid need not import the reconciler.
-type RoundInfo = reconcile.RoundInfo
+type RoundInfo = round.Info
 
 // effectiveMode is the mode the limiter runs in.
 func (c *Config) effectiveMode() Mode {

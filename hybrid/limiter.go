@@ -1,6 +1,6 @@
 // Package hybrid is the public limiter: node memory (package local) for
 // decisions in well under a microsecond, Redis (package remote) for the
-// fleet's shared state, the reconciler (package reconcile) between them, and
+// fleet's shared state, the reconciler (packages sync/async and sync/reports) between them, and
 // a circuit breaker (package breaker) that moves the node to conservative
 // local limits while Redis is slow or gone, and back when it returns,
 // without losing what was spent.
@@ -27,8 +27,11 @@ import (
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/async"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+	"github.com/hybridlimit/hybridlimit/sync/reports"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // janitorEvery is how often a local-only limiter forgets idle keys.
@@ -48,8 +51,8 @@ type Limiter struct {
 	store      *remote.Store
 	breaker    *breaker.Breaker
 	reconciler reconciler
-	sync       *reconcile.Sync
-	async      *reconcile.Async
+	sync       *reports.Reporter
+	async      *async.Runner
 
 	closed    atomic.Bool
 	lost      atomic.Uint64 // sync decisions on keys whose state Redis had lost
@@ -71,7 +74,7 @@ type reconciler interface {
 	Round(context.Context) error
 	Flush(context.Context) error
 	Unreported() int
-	Stats() reconcile.Stats
+	Stats() round.Stats
 }
 
 // New returns a Limiter configured by cfg and starts its background work
@@ -142,7 +145,7 @@ func (l *Limiter) connect() error {
 	})
 	l.offset.OnStep(l.clockStep)
 	if l.mode == Async {
-		l.async, err = reconcile.NewAsync(reconcile.AsyncConfig{
+		l.async, err = async.New(async.Config{
 			Interval:     cfg.SyncInterval,
 			AskWait:      cfg.AskWait,
 			Lease:        cfg.Lease,
@@ -152,10 +155,10 @@ func (l *Limiter) connect() error {
 			Ledger:       cfg.Ledger,
 			Logger:       cfg.Logger,
 			OnRound:      l.afterRound,
-		}, reconcile.AsyncDeps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
+		}, async.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 		l.reconciler = l.async
 	} else {
-		l.sync, err = reconcile.NewSync(reconcile.SyncConfig{
+		l.sync, err = reports.New(reports.Config{
 			Interval:        cfg.SyncInterval,
 			FleetSize:       cfg.FleetSize,
 			ActiveWindow:    cfg.ActiveWindow,
@@ -164,7 +167,7 @@ func (l *Limiter) connect() error {
 			MaxPendingBytes: cfg.MaxPendingBytes,
 			Logger:          cfg.Logger,
 			OnRound:         l.afterRound,
-		}, reconcile.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
+		}, reports.Deps{Engine: l.engine, Store: store, Breaker: l.breaker, Clock: l.clock, Offset: l.offset})
 		l.reconciler = l.sync
 	}
 	if err != nil {
@@ -254,7 +257,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 // afterRound ends degraded mode once a round succeeds with the breaker
 // closed. The breaker's own transitions switch degraded mode at once; this
 // also ends a start that was degraded before the breaker saw any failure.
-func (l *Limiter) afterRound(info reconcile.RoundInfo) {
+func (l *Limiter) afterRound(info round.Info) {
 	l.checkForgotten()
 	l.watchEvictions()
 	if info.Err == nil && l.breaker.Healthy() {
@@ -402,13 +405,13 @@ func (l *Limiter) ask(ctx context.Context, now int64, key string, lim Limit, n i
 			return Decision{Result: limit.Result{Limit: lim, RetryAfter: l.cfg.SyncInterval}, Source: Local}, nil
 		}
 		switch ans.Verdict {
-		case reconcile.Unreachable:
+		case protocol.Unreachable:
 			return l.degraded(key, lim, n)
-		case reconcile.Admitted:
+		case protocol.Admitted:
 			res, _ := l.engine.AllowN(l.now(), key, lim, 0) // the node's own state: the pool admitted it
 			res.Limit, res.Allowed, res.RetryAfter = lim, true, 0
 			return Decision{Result: res, Source: Remote}, nil
-		case reconcile.Retry:
+		case protocol.Retry:
 			waited = true
 			now = l.now()
 			res, err := l.engine.AllowN(now, key, lim, n)
@@ -423,7 +426,7 @@ func (l *Limiter) ask(ctx context.Context, now int64, key string, lim Limit, n i
 				return l.refuse(now, key, lim, n, 0, true)
 			}
 		default: // Refuse, Expired
-			return l.refuse(l.now(), key, lim, n, ans.Until, waited || ans.Verdict == reconcile.Expired)
+			return l.refuse(l.now(), key, lim, n, ans.Until, waited || ans.Verdict == protocol.Expired)
 		}
 	}
 }
@@ -614,7 +617,7 @@ type Stats struct {
 	Degraded      bool
 	Breaker       breaker.State
 	BreakerCounts breaker.Counts
-	Reconcile     reconcile.Stats
+	Reconcile     round.Stats
 	Keys          int // keys held in memory
 	ClockOffset   time.Duration
 	// StateLost counts decisions and reports that found a key's state gone

@@ -21,7 +21,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/observe"
-	"github.com/hybridlimit/hybridlimit/reconcile"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 const (
@@ -52,9 +52,9 @@ func registered(t *testing.T) map[string]family {
 	for o := range numOutcomes {
 		r.ObserveRequest(observe.RequestEvent{Outcome: observe.Outcome(o), Rule: "global", Client: "client", Latency: time.Microsecond})
 	}
-	r.ObserveRound(reconcile.RoundInfo{Keys: 10, Duration: time.Millisecond, Nodes: 3})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 10, Duration: time.Millisecond, Err: errors.New("boom")})
-	r.ObserveRound(reconcile.RoundInfo{Err: breaker.ErrOpen})
+	r.ObserveRound(round.Info{Keys: 10, Duration: time.Millisecond, Nodes: 3})
+	r.ObserveRound(round.Info{Keys: 10, Duration: time.Millisecond, Err: errors.New("boom")})
+	r.ObserveRound(round.Info{Err: breaker.ErrOpen})
 	require.NoError(t, reg.Register(newLimiterCollector(func() hybrid.Stats {
 		return hybrid.Stats{Mode: hybrid.Async, Breaker: breaker.Open, Keys: 1}
 	}, "")))

@@ -19,8 +19,10 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/observe"
-	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+	"github.com/hybridlimit/hybridlimit/sync/reports"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 var bg = context.Background()
@@ -75,9 +77,9 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		Degraded:      true,
 		Breaker:       breaker.HalfOpen,
 		BreakerCounts: breaker.Counts{Successes: 100, Failures: 7, Timeouts: 3, Rejected: 40, Changes: 5},
-		Reconcile: reconcile.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, PendingDropped: 5, PendingBytes: 4096, Pending: 9, Nodes: 4,
+		Reconcile: round.Stats{Rounds: 1000, RoundErrors: 12, KeysSent: 5000, LostSpend: 17, PendingDropped: 5, PendingBytes: 4096, Pending: 9, Nodes: 4,
 			LastRound: 1500 * time.Microsecond, Deferred: 21, KeyFaults: 4, Leases: 25,
-			Shares: reconcile.SharesStats{Asks: 22, Calls: 23, Resets: 24}},
+			Shares: protocol.Stats{Asks: 22, Calls: 23, Resets: 24}},
 		StateLost:          26,
 		HeavyRefused:       27,
 		EvictionsForgotten: 28,
@@ -282,8 +284,8 @@ func TestObserveRoundHooksAReconciler(t *testing.T) {
 	store, err := remote.New(srv.Client(t, shortTimeouts), remote.Options{Node: "me"})
 	require.NoError(t, err)
 	b := breaker.New(breaker.Settings{Timeout: time.Second, OpenFor: time.Minute, Failures: 1})
-	rc, err := reconcile.NewSync(reconcile.SyncConfig{OnRound: rec.ObserveRound},
-		reconcile.Deps{Engine: engine, Store: store, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
+	rc, err := reports.New(reports.Config{OnRound: rec.ObserveRound},
+		reports.Deps{Engine: engine, Store: store, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
 	require.NoError(t, err)
 
 	for _, k := range []string{"a", "b", "c"} {

@@ -13,7 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/observe"
-	"github.com/hybridlimit/hybridlimit/reconcile"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // The label names.
@@ -320,9 +320,9 @@ func (r *Recorder) ObserveRequest(ev observe.RequestEvent) {
 
 // ObserveRound records one sync round in sync_round_duration_seconds and
 // sync_round_keys. Pass it as hybrid.Config.OnRound (it has the signature
-// of reconcile.Config.OnRound too): the limiter calls it on its
+// of hybrid.Config.OnRound too): the limiter calls it on its
 // reconciler's goroutine after every round, the first inside hybrid.New.
-func (r *Recorder) ObserveRound(info reconcile.RoundInfo) {
+func (r *Recorder) ObserveRound(info round.Info) {
 	res := roundOK
 	switch {
 	case info.Err == nil:

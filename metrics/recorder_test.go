@@ -26,14 +26,15 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/observe"
-	"github.com/hybridlimit/hybridlimit/reconcile"
+	"github.com/hybridlimit/hybridlimit/sync/reports"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // A Recorder is what the middleware observes through.
 var _ observe.Observer = (*Recorder)(nil)
 
 // A Recorder is a reconciler's round hook.
-var _ = reconcile.SyncConfig{OnRound: (&Recorder{}).ObserveRound}
+var _ = reports.Config{OnRound: (&Recorder{}).ObserveRound}
 
 func TestMain(m *testing.M) {
 	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
@@ -272,13 +273,13 @@ func TestObserveRequest(t *testing.T) {
 
 func TestObserveRound(t *testing.T) {
 	r, reg := newRecorder(t, smallBuckets)
-	r.ObserveRound(reconcile.RoundInfo{Keys: 3, Duration: 2 * time.Millisecond, Nodes: 2})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 100, Duration: 5 * time.Millisecond, Nodes: 2})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 100, Duration: 300 * time.Millisecond, Err: breaker.ErrTimeout})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 1, Duration: 1500 * time.Millisecond, Err: errors.New("dial tcp: connection refused")})
-	r.ObserveRound(reconcile.RoundInfo{Err: breaker.ErrOpen})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 7, Err: fmt.Errorf("%w: redis", breaker.ErrOpen)})
-	r.ObserveRound(reconcile.RoundInfo{Keys: 7, Err: breaker.ErrBusy})
+	r.ObserveRound(round.Info{Keys: 3, Duration: 2 * time.Millisecond, Nodes: 2})
+	r.ObserveRound(round.Info{Keys: 100, Duration: 5 * time.Millisecond, Nodes: 2})
+	r.ObserveRound(round.Info{Keys: 100, Duration: 300 * time.Millisecond, Err: breaker.ErrTimeout})
+	r.ObserveRound(round.Info{Keys: 1, Duration: 1500 * time.Millisecond, Err: errors.New("dial tcp: connection refused")})
+	r.ObserveRound(round.Info{Err: breaker.ErrOpen})
+	r.ObserveRound(round.Info{Keys: 7, Err: fmt.Errorf("%w: redis", breaker.ErrOpen)})
+	r.ObserveRound(round.Info{Keys: 7, Err: breaker.ErrBusy})
 	require.NoError(t, gatherAndCompare(reg, `
 		# HELP rate_limit_sync_round_duration_seconds Duration of each sync round (the round trip to Redis, or the time to fail), in seconds, by result: ok, error, refused (the breaker refused the call: Redis was not called).
 		# TYPE rate_limit_sync_round_duration_seconds histogram
@@ -495,7 +496,7 @@ func TestConcurrentObserveAndScrape(t *testing.T) {
 				o := observe.Outcome(i % numOutcomes)
 				r.ObserveRequest(observe.RequestEvent{Outcome: o, Rule: rule, Client: fmt.Sprintf("c%d-%d", g, i%50)})
 				if i%100 == 0 {
-					r.ObserveRound(reconcile.RoundInfo{Keys: i, Duration: time.Millisecond})
+					r.ObserveRound(round.Info{Keys: i, Duration: time.Millisecond})
 				}
 			}
 		})

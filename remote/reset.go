@@ -21,7 +21,7 @@ func (s *Store) Reset(ctx context.Context, key string, lim limit.Limit) (bool, e
 // ResetShares is Async mode's reset of key under lim: a contest's share
 // nobody holds is made fresh, and the reset's time on Redis's clock is
 // returned (Unix ns), for the caller to send every node through the
-// registry (reconcile.Async.Reset): each starts the state it holds afresh.
+// registry (async.Runner.Reset): each starts the state it holds afresh.
 // What the fleet admitted (the ledger) is kept.
 func (s *Store) ResetShares(ctx context.Context, key string, lim limit.Limit) (bool, int64, error) {
 	return s.reset(ctx, key, lim, true)

@@ -13,8 +13,8 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/storemodel"
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
-	"github.com/hybridlimit/hybridlimit/reconcile"
 	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
 
 // base is the Unix time the simulated store's clock starts at.
@@ -58,7 +58,7 @@ type Record struct {
 	// by what they carried.
 	Ops, Beats int64
 	// Stats is each node's protocol counters at the end.
-	Stats []reconcile.SharesStats
+	Stats []protocol.Stats
 	// Errors are unexpected errors of a decision.
 	Errors []string
 }
@@ -307,7 +307,7 @@ type node struct {
 	id   string
 	spec Node
 	eng  *local.Engine
-	sh   *reconcile.Shares
+	sh   *protocol.Shares
 	off  *clock.Offset
 
 	up          bool
@@ -370,10 +370,10 @@ func (nd *node) start() {
 	}
 	nd.eng = eng
 	nd.off = clock.NewOffset(nd.local())
-	nd.sh = reconcile.NewShares(reconcile.SharesConfig{Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
+	nd.sh = protocol.New(protocol.Config{Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
 		ActiveWindow: sc.ActiveWindow, FleetSize: sc.FleetSize, Logger: quiet, Recovery: openFor + callTimeout + sc.Interval}, eng)
-	nd.sh.SetWake(func(w reconcile.Wake) {
-		if w == reconcile.WakeBeat {
+	nd.sh.SetWake(func(w protocol.Wake) {
+		if w == protocol.WakeBeat {
 			nd.s.at(nd.s.now, func() { nd.gate(nd.beat) })
 			return
 		}
@@ -627,7 +627,7 @@ func (d *pending) decide() {
 	if d.deadline == 0 {
 		d.deadline, d.asked = now+int64(nd.s.sc.AskWait), now
 	}
-	_, refuse, _ := nd.sh.Short(now, d.asked, d.key, d.lim, d.n, d.deadline, func(w *reconcile.Waiter) {
+	_, refuse, _ := nd.sh.Short(now, d.asked, d.key, d.lim, d.n, d.deadline, func(w *protocol.Waiter) {
 		// Told under the protocol's lock: picked up as an event at once.
 		nd.s.at(nd.s.now, func() { nd.gate(func() { d.resume(w) }) })
 	})
@@ -638,21 +638,21 @@ func (d *pending) decide() {
 }
 
 // resume continues d once w has its verdict.
-func (d *pending) resume(w *reconcile.Waiter) {
+func (d *pending) resume(w *protocol.Waiter) {
 	nd := d.nd
 	v, at := w.Verdict()
 	now := nd.mapped()
 	switch v {
-	case reconcile.Retry:
+	case protocol.Retry:
 		if now >= d.deadline {
 			_, _ = nd.eng.Refuse(now, d.key, d.lim, d.n)
 			d.done(false, Remote)
 			return
 		}
 		d.decide()
-	case reconcile.Unreachable:
+	case protocol.Unreachable:
 		d.degraded(now)
-	case reconcile.Admitted:
+	case protocol.Admitted:
 		// The store counts it when it charged it (when it was asked for,
 		// or when the pool first had the room).
 		d.doneAt(true, Remote, time.Duration(at-base))

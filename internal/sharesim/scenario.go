@@ -2,7 +2,7 @@
 // on simulated time: every node's clock, the store's TIME, each round trip's
 // delay and every fault follow from one seed, so a scenario replays exactly,
 // and thousands run in a minute. The nodes are the real thing (the local
-// engine and the reconciler's share protocol, package reconcile); the store
+// engine and the reconciler's share protocol, package sync/protocol); the store
 // is internal/storemodel, which a conformance test holds to the real
 // scripts on a real redis-server.
 //

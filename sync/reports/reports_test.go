@@ -1,4 +1,4 @@
-package reconcile
+package reports
 
 import (
 	"bytes"
@@ -23,6 +23,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 func TestMain(m *testing.M) {
@@ -60,11 +61,11 @@ type fixture struct {
 	engine *local.Engine
 	store  *remote.Store
 	b      *breaker.Breaker
-	r      *Sync
+	r      *Reporter
 	logs   *bytes.Buffer
 }
 
-func newFixture(t testing.TB, cfg SyncConfig, opts ...remote.Options) *fixture {
+func newFixture(t testing.TB, cfg Config, opts ...remote.Options) *fixture {
 	srv := redistest.Start(t)
 	c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond })
 	e, err := local.New(local.Config{TrackSpend: true, KeepOrphans: true, SpendDue: true})
@@ -79,7 +80,7 @@ func newFixture(t testing.TB, cfg SyncConfig, opts ...remote.Options) *fixture {
 	b := breaker.New(breaker.Settings{Timeout: time.Second, OpenFor: 50 * time.Millisecond})
 	logs := &bytes.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	r, err := NewSync(cfg, Deps{Engine: e, Store: s, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
+	r, err := New(cfg, Deps{Engine: e, Store: s, Breaker: b, Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
 	require.NoError(t, err)
 	return &fixture{srv: srv, engine: e, store: s, b: b, r: r, logs: logs}
 }
@@ -91,7 +92,7 @@ func (f *fixture) allow(t testing.TB, key string, lim limit.Limit, n int64) bool
 }
 
 func TestRoundReportsAndSeeds(t *testing.T) {
-	f := newFixture(t, SyncConfig{})
+	f := newFixture(t, Config{})
 	lim := limit.Per(100, time.Hour) // alone: the whole limit, due at 50
 	require.True(t, f.allow(t, "k", lim, 60))
 	require.NoError(t, f.r.Round(bg))
@@ -125,7 +126,7 @@ func TestRoundReportsAndSeeds(t *testing.T) {
 // are decided in memory and not reported, round after round; a final flush
 // reports them.
 func TestColdKeysCostRedisNothing(t *testing.T) {
-	f := newFixture(t, SyncConfig{})
+	f := newFixture(t, Config{})
 	warmUp(t, f)
 	hook := &batchHook{}
 	f.store.Client().AddHook(hook)
@@ -150,7 +151,7 @@ func TestColdKeysCostRedisNothing(t *testing.T) {
 // TestPressureReportsBackOff: a key denied round after round on one node,
 // with nothing to change, is reported ever more rarely.
 func TestPressureReportsBackOff(t *testing.T) {
-	f := newFixture(t, SyncConfig{})
+	f := newFixture(t, Config{})
 	lim := limit.Per(10, time.Hour)
 	reports := 0
 	for range 64 {
@@ -165,7 +166,7 @@ func TestPressureReportsBackOff(t *testing.T) {
 }
 
 func TestFailedRoundKeepsSpend(t *testing.T) {
-	f := newFixture(t, SyncConfig{})
+	f := newFixture(t, Config{})
 	lim := limit.Per(100, time.Hour)
 	require.True(t, f.allow(t, "k", lim, 60))
 	f.srv.Kill()
@@ -182,7 +183,7 @@ func TestFailedRoundKeepsSpend(t *testing.T) {
 }
 
 func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
-	f := newFixture(t, SyncConfig{MaxPending: 2})
+	f := newFixture(t, Config{MaxPending: 2})
 	lim := limit.Per(100, time.Hour)
 	f.srv.Kill()
 	for _, k := range []string{"a", "b", "c"} {
@@ -198,7 +199,7 @@ func TestFullBufferCountsAndLogsTheLoss(t *testing.T) {
 // prefix is named once in the log, counted, marked so that decisions on it
 // use the fallback, and its spend is kept until Redis accepts the key again.
 func TestRefusedKeyIsDecidedUnderTheFallback(t *testing.T) {
-	f := newFixture(t, SyncConfig{})
+	f := newFixture(t, Config{})
 	lim := limit.Per(100, time.Hour)
 	theirs := "rl:tb:{theirs}:100/1h0m0s/100"
 	_, err := f.srv.Do("SET", theirs, "someone else's")
@@ -234,7 +235,7 @@ func TestRefusedKeyIsDecidedUnderTheFallback(t *testing.T) {
 // TestLeaseLapsesToTheDefaultShare: a share Redis granted is used only while
 // its lease holds; an idle key goes back to one over the fleet.
 func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
-	f := newFixture(t, SyncConfig{FleetSize: 4, Interval: 10 * time.Millisecond},
+	f := newFixture(t, Config{FleetSize: 4, Interval: 10 * time.Millisecond},
 		remote.Options{Lease: 400 * time.Millisecond, ShortLease: 100 * time.Millisecond})
 	lim := limit.Per(100, time.Hour)
 	assert.Equal(t, local.ShareAmong(4), f.engine.DefaultShare())
@@ -261,9 +262,8 @@ func TestLeaseLapsesToTheDefaultShare(t *testing.T) {
 }
 
 func TestRunStopsWithItsContext(t *testing.T) {
-	var rounds []RoundInfo
-	f := newFixture(t, SyncConfig{Interval: 5 * time.Millisecond})
-	f.r.onRound = func(i RoundInfo) { rounds = append(rounds, i) }
+	var rounds []round.Info
+	f := newFixture(t, Config{Interval: 5 * time.Millisecond, OnRound: func(i round.Info) { rounds = append(rounds, i) }})
 	ctx, cancel := context.WithCancel(bg)
 	done := make(chan struct{})
 	go func() { f.r.Run(ctx); close(done) }()
@@ -275,21 +275,21 @@ func TestRunStopsWithItsContext(t *testing.T) {
 }
 
 func TestJitterStaysInBounds(t *testing.T) {
-	f := newFixture(t, SyncConfig{Interval: 100 * time.Millisecond, Jitter: 0.2})
+	f := newFixture(t, Config{Interval: 100 * time.Millisecond, Jitter: 0.2})
 	for range 1000 {
-		d := f.r.next()
+		d := f.r.Next()
 		assert.GreaterOrEqual(t, d, 80*time.Millisecond)
 		assert.LessOrEqual(t, d, 120*time.Millisecond)
 	}
 }
 
 func TestNewChecksItsInputs(t *testing.T) {
-	_, err := NewSync(SyncConfig{}, Deps{})
+	_, err := New(Config{}, Deps{})
 	assert.Error(t, err)
-	f := newFixture(t, SyncConfig{})
-	_, err = NewSync(SyncConfig{Interval: -1}, f.r.deps)
+	f := newFixture(t, Config{})
+	_, err = New(Config{Interval: -1}, f.r.deps)
 	assert.Error(t, err)
-	assert.Equal(t, DefaultInterval, f.r.Interval())
+	assert.Equal(t, round.DefaultInterval, f.r.Interval())
 }
 
 // batchHook records, for every pipeline a client sends, how many keys its
@@ -361,7 +361,7 @@ func spendOnKeys(t *testing.T, f *fixture, n int, lim limit.Limit) []string {
 // its own call: no single call grows with the round, so a node with a
 // large backlog (after an outage) never has a call that must time out.
 func TestRoundSendsInBatches(t *testing.T) {
-	f := newFixture(t, SyncConfig{BatchSize: 1000, MaxReports: 10000})
+	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 10000})
 	warmUp(t, f)
 	hook := &batchHook{}
 	f.store.Client().AddHook(hook)
@@ -383,7 +383,7 @@ func TestRoundSendsInBatches(t *testing.T) {
 // acknowledged, the rest (and the failed one) wait for the next round, and
 // nothing is counted twice even though the failed batch reached Redis late.
 func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
-	f := newFixture(t, SyncConfig{BatchSize: 1000, BatchTimeout: 500 * time.Millisecond})
+	f := newFixture(t, Config{BatchSize: 1000, BatchTimeout: 500 * time.Millisecond})
 	warmUp(t, f)
 	hook := &batchHook{after: 1, then: f.srv.Pause}
 	f.store.Client().AddHook(hook)
@@ -408,7 +408,7 @@ func TestFailedBatchStopsTheRoundAndLosesNothing(t *testing.T) {
 // A key under pressure is reported in the first round, however many keys
 // are due with it: a flood of keys cannot delay it.
 func TestPressureGoesFirst(t *testing.T) {
-	f := newFixture(t, SyncConfig{BatchSize: 1000, MaxReports: 1000})
+	f := newFixture(t, Config{BatchSize: 1000, MaxReports: 1000})
 	warmUp(t, f)
 	spendOnKeys(t, f, 5000, due)
 	hot := limit.Per(10, time.Hour)

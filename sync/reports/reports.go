@@ -1,23 +1,16 @@
-// Package reconcile keeps a node's memory and Redis in step, in the
-// background, so that no decision waits on Redis.
+// Package reports is Sync mode's reconciler (Reporter): it reports to Redis
+// the spend a node made in memory while Redis could not decide (degraded,
+// or a decision whose call timed out), so that Redis's exact state counts
+// it, in rounds (package round) through the circuit breaker.
 //
-// Two reconcilers share one round skeleton (a round every interval, with
-// jitter, through the circuit breaker): Sync, for Sync mode, reports the
-// spend a node made in memory while Redis could not decide (degraded), so
-// that Redis's exact state counts it; Async, for Async mode, runs the share
-// protocol (Shares): each node decides every key in its share of the key's
-// limit, and the shares of a key the fleet contends for move through Redis,
-// with the state they carry, so that they never add up to more than the
-// limit (docs/protocol.md).
-//
-// Sync's reports are idempotent: the node counts, per key, all it spent
+// The reports are idempotent: the node counts, per key, all it spent
 // since the counter began, and Redis applies only what it has not applied
 // before. A round whose answer never came (a timeout, a paused Redis) may
 // well have reached Redis; the next round sends the same totals again and
 // nothing is counted twice. The counters are bounded in memory; if the
 // bound is ever hit, the weight dropped is counted in Stats.LostSpend and
 // logged, never silently.
-package reconcile
+package reports
 
 import (
 	"cmp"
@@ -35,14 +28,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
-// Defaults for SyncConfig's zero fields.
+// Defaults for Config's zero fields.
 const (
-	DefaultMaxPending = 1 << 20
 	// DefaultMaxPendingBytes bounds the memory of Sync's pending spend.
 	DefaultMaxPendingBytes = 64 << 20
-	DefaultBatchSize       = 2000
 	// sweepEvery is how many rounds pass between sweeps of idle keys.
 	sweepEvery = 10
 	// sweepPerShard bounds the keys a sweep looks at per shard.
@@ -58,8 +50,8 @@ const (
 	maxNamedKeys = 1024
 )
 
-// SyncConfig configures a Sync. The zero value is usable.
-type SyncConfig struct {
+// Config configures a Sync. The zero value is usable.
+type Config struct {
 	// Interval is the time between rounds. A zero Interval means 20 ms.
 	Interval time.Duration
 	// Jitter spreads rounds by up to ±Jitter of the interval, so a fleet
@@ -104,7 +96,7 @@ type SyncConfig struct {
 	Logger *slog.Logger
 	// OnRound, if set, is called after every round with what happened, on
 	// the reconciler's goroutine and outside its locks (metrics hook here).
-	OnRound func(RoundInfo)
+	OnRound func(round.Info)
 }
 
 // Deps are the parts a reconciler works with, all shared with the limiter.
@@ -116,15 +108,21 @@ type Deps struct {
 	Offset  *clock.Offset
 }
 
-// Sync reconciles a Sync-mode node: the spend it made in memory while
+// keyLim names a key's state: one per (key, limit).
+type keyLim struct {
+	key string
+	lim limit.Limit
+}
+
+// Reporter reconciles a Sync-mode node: the spend it made in memory while
 // Redis could not decide (degraded, or a decision whose call timed out)
 // reported to Redis's exact state, and the share of each key Redis grants
 // it for deciding alone under a lease. Run it on one goroutine; Round, Flush,
 // Begin, Settle and Uncertain may be called from others (rounds never
 // overlap).
-type Sync struct {
-	rounds
-	cfg  SyncConfig
+type Reporter struct {
+	round.Runner
+	cfg  Config
 	deps Deps
 	log  *slog.Logger
 
@@ -166,29 +164,29 @@ type sentReport struct {
 	due, orphan, renew    bool // the reasons the counter had to be reported
 }
 
-// NewSync returns a Sync of deps.
-func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
+// New returns a Sync of deps.
+func New(cfg Config, deps Deps) (*Reporter, error) {
 	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
-		return nil, errors.New("reconcile: every dependency is required")
+		return nil, errors.New("reports: every dependency is required")
 	}
 	if cfg.Interval < 0 || cfg.BatchTimeout < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.FleetSize < 0 || cfg.MaxReports < 0 {
-		return nil, fmt.Errorf("reconcile: negative interval %v, batch timeout %v, batch size %d, max pending %d, fleet size %d or max reports %d",
+		return nil, fmt.Errorf("reports: negative interval %v, batch timeout %v, batch size %d, max pending %d, fleet size %d or max reports %d",
 			cfg.Interval, cfg.BatchTimeout, cfg.BatchSize, cfg.MaxPending, cfg.FleetSize, cfg.MaxReports)
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = round.DefaultInterval
 	}
 	if cfg.BatchTimeout == 0 {
 		cfg.BatchTimeout = max(deps.Breaker.Timeout(), 5*cfg.Interval, 250*time.Millisecond)
 	}
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
+		cfg.BatchSize = round.DefaultBatchSize
 	}
 	if cfg.MaxReports == 0 {
 		cfg.MaxReports = 4 * cfg.BatchSize
 	}
 	if cfg.MaxPending == 0 {
-		cfg.MaxPending = DefaultMaxPending
+		cfg.MaxPending = round.DefaultMaxPending
 	}
 	if cfg.MaxPendingBytes == 0 {
 		cfg.MaxPendingBytes = DefaultMaxPendingBytes
@@ -200,7 +198,7 @@ func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Sync{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: log,
+	r := &Reporter{Runner: round.New(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: log,
 		counters: newCounters(cfg.MaxPending, max(cfg.MaxPendingBytes, 0)), round: new(remote.Round),
 		named: make(map[string]struct{}), leases: make(map[keyLim]*lease)}
 	r.seqs.next = deps.Clock.Now().UnixMicro()
@@ -209,12 +207,12 @@ func NewSync(cfg SyncConfig, deps Deps) (*Sync, error) {
 }
 
 // Interval returns the time between rounds.
-func (r *Sync) Interval() time.Duration { return r.cfg.Interval }
+func (r *Reporter) Interval() time.Duration { return r.cfg.Interval }
 
 // Run runs rounds every interval, with jitter, until ctx is done. Leases are
 // checked every interval on a goroutine of their own, so a round that takes
 // long (a slow Redis) never lets a lapsed share be used.
-func (r *Sync) Run(ctx context.Context) {
+func (r *Reporter) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -231,24 +229,24 @@ func (r *Sync) Run(ctx context.Context) {
 		}
 	}()
 	defer wg.Wait()
-	r.loop(ctx, func(ctx context.Context) { _ = r.Round(ctx) })
+	r.Loop(ctx, func(ctx context.Context) { _ = r.Round(ctx) })
 }
 
 // Start runs the node's first round, bounded by ctx alone rather than by
 // the batch timeout: a Redis far away at start is slow, not dead. New's
 // first contact calls it, within its StartupTimeout.
-func (r *Sync) Start(ctx context.Context) error {
-	r.starting.Store(true)
-	defer r.starting.Store(false)
+func (r *Reporter) Start(ctx context.Context) error {
+	r.Starting.Store(true)
+	defer r.Starting.Store(false)
 	return r.Round(ctx)
 }
 
 // Round runs one round now: takes the engine's due spend, reports the keys
 // that need it, and seeds the keys Redis answered for. It returns why the
 // round failed, if it did; the spend it could not send is kept for the next.
-func (r *Sync) Round(ctx context.Context) error {
+func (r *Reporter) Round(ctx context.Context) error {
 	info, err := r.spendRound(ctx, false)
-	r.done(info)
+	r.Done(info)
 	return err
 }
 
@@ -259,7 +257,7 @@ const takenKeep = 4096
 
 // releaseTaken drops the key strings of the spend taken for the GC, and
 // the buffer itself if a large round grew it.
-func (r *Sync) releaseTaken() {
+func (r *Reporter) releaseTaken() {
 	clear(r.taken)
 	if cap(r.taken) > takenKeep {
 		r.taken = nil
@@ -267,24 +265,24 @@ func (r *Sync) releaseTaken() {
 }
 
 // now returns the local time and the time on Redis's clock.
-func (r *Sync) now() (time.Time, int64) {
+func (r *Reporter) now() (time.Time, int64) {
 	t := r.deps.Clock.Now()
 	return t, r.deps.Offset.Map(t)
 }
 
 // lose counts spend that will never reach Redis, and says so.
-func (r *Sync) lose(weight int64, why string, args ...any) {
+func (r *Reporter) lose(weight int64, why string, args ...any) {
 	if weight <= 0 {
 		return
 	}
 	r.stats.lost.Add(uint64(weight))
-	r.log.Warn("reconcile: spend lost: "+why, append([]any{"weight", weight, "lost_total", r.stats.lost.Load()}, args...)...)
+	r.log.Warn("reports: spend lost: "+why, append([]any{"weight", weight, "lost_total", r.stats.lost.Load()}, args...)...)
 }
 
 // losePending counts and logs spend the counters had no room for: beyond
 // MaxPending keys (logged every round it happens), or beyond MaxPendingBytes
 // (logged once).
-func (r *Sync) losePending(lost int64) {
+func (r *Reporter) losePending(lost int64) {
 	r.mu.Lock()
 	byBytes := r.counters.bytesLost
 	r.counters.bytesLost = 0
@@ -296,7 +294,7 @@ func (r *Sync) losePending(lost int64) {
 		r.stats.pendingDropped.Add(uint64(byBytes))
 		r.stats.lost.Add(uint64(byBytes))
 		if first {
-			r.log.Warn("reconcile: spend lost: the spend waiting for redis reached MaxPendingBytes; spend of new keys is dropped until redis takes it (counted in Stats().Reconcile.PendingDropped and LostSpend; logged once)",
+			r.log.Warn("reports: spend lost: the spend waiting for redis reached MaxPendingBytes; spend of new keys is dropped until redis takes it (counted in Stats().Reconcile.PendingDropped and LostSpend; logged once)",
 				"weight", byBytes, "max_pending_bytes", r.cfg.MaxPendingBytes, "pending_bytes", bytes)
 		}
 	}
@@ -315,10 +313,10 @@ func (r *Sync) losePending(lost int64) {
 // while another round is in flight (its outcome then unknown). A node that
 // reported everything leaves the fleet: the others divide by one node
 // fewer at once.
-func (r *Sync) Flush(ctx context.Context) error {
-	err := r.retry(ctx, func() error {
+func (r *Reporter) Flush(ctx context.Context) error {
+	err := r.Retry(ctx, func() error {
 		info, err := r.spendRound(ctx, true)
-		r.done(info)
+		r.Done(info)
 		if err != nil && r.Unreported() == 0 {
 			return nil // nothing to report: the failed round carried only the heartbeat
 		}
@@ -341,10 +339,10 @@ func (r *Sync) Flush(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) not reported: %w", keys, weight, err)
+		return fmt.Errorf("reports: flush: %d keys (%d in weight) not reported: %w", keys, weight, err)
 	}
 	if keys > 0 {
-		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) not reported", keys, weight)
+		return fmt.Errorf("reports: flush: %d keys (%d in weight) not reported", keys, weight)
 	}
 	return nil
 }
@@ -353,11 +351,11 @@ func (r *Sync) Flush(ctx context.Context) error {
 // acknowledged: those counted in rounds, and those the engine holds that no
 // round has taken yet. While a round is in flight it counts what that round
 // carries as if it failed, plus what was spent since: an upper bound.
-func (r *Sync) Unreported() int {
-	if !r.lock.tryLock() {
+func (r *Reporter) Unreported() int {
+	if !r.Lock.TryAcquire() {
 		return int(r.stats.pending.Load()) + r.deps.Engine.Untaken()
 	}
-	defer r.lock.unlock()
+	defer r.Lock.Release()
 	r.mu.Lock()
 	n := r.counters.unacked()
 	r.mu.Unlock()
@@ -366,37 +364,19 @@ func (r *Sync) Unreported() int {
 
 // Restart starts (key, lim) afresh in this node's memory: Redis's state of
 // it was reset (remote.Store.Reset).
-func (r *Sync) Restart(key string, lim limit.Limit) {
+func (r *Reporter) Restart(key string, lim limit.Limit) {
 	_, rnow := r.now()
 	r.deps.Engine.Restart(rnow, key, lim)
 }
 
-// Stats is a snapshot of a reconciler's counters.
-type Stats struct {
-	Rounds, RoundErrors uint64        // rounds run, and those that failed
-	KeysSent            uint64        // reports (Sync) or ops (Async) sent in successful rounds
-	Deferred            uint64        // reports due that waited for a later round
-	LostSpend           uint64        // weight dropped: a bound hit, or a key Redis refuses
-	StateLost           uint64        // keys Redis had lost state of (evicted, deleted, restarted empty), restored
-	KeyFaults           uint64        // reports Redis refused for the key itself (a key of another type)
-	PendingDropped      uint64        // Sync: weight dropped because pending spend reached MaxPendingBytes (also in LostSpend)
-	PendingBytes        uint64        // Sync: the memory pending spend takes, as estimated against MaxPendingBytes
-	UncertainForced     uint64        // Sync: timed-out decisions let go unreported after 65,536 later ones (may count twice)
-	Leases              int           // keys whose share Redis granted under a live lease
-	Pending             int           // keys with spend Redis has not acknowledged, as of a recent round
-	Nodes               int           // nodes in the fleet at the last round (Async: the most seen within the active window)
-	LastRound           time.Duration // the last round's duration
-	// Shares are the share protocol's counters (Async).
-	Shares SharesStats
-}
-
 // Stats returns the reconciler's counters.
-func (r *Sync) Stats() Stats {
-	return Stats{
-		Rounds: r.count.Load(), RoundErrors: r.errors.Load(), KeysSent: r.stats.keys.Load(),
+func (r *Reporter) Stats() round.Stats {
+	rounds, failed := r.Rounds()
+	return round.Stats{
+		Rounds: rounds, RoundErrors: failed, KeysSent: r.stats.keys.Load(),
 		Deferred: r.stats.deferred.Load(), LostSpend: r.stats.lost.Load(), StateLost: r.stats.lostState.Load(),
 		KeyFaults: r.stats.faults.Load(), PendingDropped: r.stats.pendingDropped.Load(), PendingBytes: r.stats.pendingBytes.Load(), UncertainForced: r.seqs.forcedCount(), Leases: int(r.stats.leases.Load()), Pending: int(r.stats.pending.Load()),
-		Nodes: int(r.nodes.Load()), LastRound: time.Duration(r.last.Load()),
+		Nodes: r.Nodes(), LastRound: r.Last(),
 	}
 }
 

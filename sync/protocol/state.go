@@ -1,4 +1,4 @@
-package reconcile
+package protocol
 
 import (
 	"github.com/hybridlimit/hybridlimit/limit"

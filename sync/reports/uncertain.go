@@ -1,4 +1,4 @@
-package reconcile
+package reports
 
 import (
 	"sync"
@@ -93,10 +93,10 @@ func (s *seqs) low() int64 {
 // grow, across restarts too) and the node's low mark, for remote.Known.
 // Every number Begin returns must be settled: by Settle once the call's
 // answer came (or it failed without reaching Redis), or by Uncertain.
-func (r *Sync) Begin() (seq, low int64) {
+func (r *Reporter) Begin() (seq, low int64) {
 	seq, low, forced := r.seqs.begin()
 	if forced && r.forcedLogged.CompareAndSwap(false, true) {
-		r.log.Warn("reconcile: a timed-out sync decision still had no acknowledged report after 65,536 later decisions: it is no longer held apart, and counts twice if it did reach redis (counted in Stats().Reconcile.UncertainForced; logged once)",
+		r.log.Warn("reports: a timed-out sync decision still had no acknowledged report after 65,536 later decisions: it is no longer held apart, and counts twice if it did reach redis (counted in Stats().Reconcile.UncertainForced; logged once)",
 			"seq", low)
 	}
 	return seq, low
@@ -104,7 +104,7 @@ func (r *Sync) Begin() (seq, low int64) {
 
 // Settle notes that the sync decision seq is settled: its answer came, or
 // it cannot have reached Redis, or its spend was not counted in memory.
-func (r *Sync) Settle(seq int64) { r.seqs.settle(seq) }
+func (r *Reporter) Settle(seq int64) { r.seqs.settle(seq) }
 
 // Uncertain notes that the sync decision seq, of weight n on (key, lim),
 // timed out, so whether Redis applied it is unknown, and that the node
@@ -112,7 +112,7 @@ func (r *Sync) Settle(seq int64) { r.seqs.settle(seq) }
 // that spend names seq, and Redis does not apply it twice. Every such
 // decision is named, however many time out on a key before a report; seq
 // is settled once a report naming it is acknowledged.
-func (r *Sync) Uncertain(key string, lim limit.Limit, seq, n int64) {
+func (r *Reporter) Uncertain(key string, lim limit.Limit, seq, n int64) {
 	start, rnow := r.now()
 	r.mu.Lock()
 	c := r.counters.get(keyOf(key, lim, windowOf(lim, rnow)), start)
@@ -146,13 +146,13 @@ func carry(c *counter) (named []remote.Uncertain, held int64) {
 // its key (a value of another type): their calls failed on that key too,
 // or ran before it changed; they are reported, in full, when the key is
 // fixed. Holding them would hold the node's low mark. r.mu is held.
-func (r *Sync) dropNamed(c *counter, named []remote.Uncertain) {
+func (r *Reporter) dropNamed(c *counter, named []remote.Uncertain) {
 	r.settleNamed(c, named)
 }
 
 // settleNamed drops from c the timed-out decisions an acknowledged report
 // named (the oldest, in order) and settles them. r.mu is held.
-func (r *Sync) settleNamed(c *counter, named []remote.Uncertain) {
+func (r *Reporter) settleNamed(c *counter, named []remote.Uncertain) {
 	k := 0
 	for k < len(named) && k < len(c.uncertain) && c.uncertain[k].Seq == named[k].Seq {
 		r.seqs.settle(named[k].Seq)
@@ -171,7 +171,7 @@ func (r *Sync) settleNamed(c *counter, named []remote.Uncertain) {
 // decision carries its weight in its total: Redis subtracts a named
 // decision's weight from what the report brings, once. The spend was
 // recorded in the engine before Uncertain named it. r.mu is held.
-func (r *Sync) takeUnsure(rnow int64, now time.Time) {
+func (r *Reporter) takeUnsure(rnow int64, now time.Time) {
 	for _, k := range r.unsure {
 		r.taken = r.deps.Engine.TakeKey(rnow, k.key, k.lim, r.taken[:0])
 		for _, s := range r.taken {

@@ -1,4 +1,10 @@
-package reconcile
+// Package protocol is the node's side of Async mode's share protocol
+// (docs/protocol.md): which share of each key the node decides in, what it
+// tells the store, and what it does with the answers. It does no I/O and
+// reads no clock: a runner (package async, or the simulation in
+// internal/sharesim) takes the heartbeat and the ops it has ready, sends
+// them, and hands back the replies, each at a time the caller gives.
+package protocol
 
 import (
 	"cmp"
@@ -17,7 +23,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/share"
 )
 
-// Defaults of SharesConfig's zero fields.
+// Defaults of Config's zero fields.
 const (
 	// DefaultInterval is the time between rounds.
 	DefaultInterval = 20 * time.Millisecond
@@ -36,10 +42,13 @@ const (
 	// exact limiter admits, a hair early for the shares' rounding and the
 	// network's jitter); one later than that is refused at once.
 	margin = 2 * time.Millisecond
+	// maxNamedKeys bounds the keys named in the logs of refused keys, so a
+	// flood of bad keys cannot flood the log; beyond it they are counted.
+	maxNamedKeys = 1024
 )
 
-// SharesConfig configures a Shares. Zero fields mean their defaults.
-type SharesConfig struct {
+// Config configures a Shares. Zero fields mean their defaults.
+type Config struct {
 	// Interval is the time between rounds (heartbeats): how soon a node
 	// hears a call. Zero means 20 ms.
 	Interval time.Duration
@@ -78,7 +87,7 @@ type SharesConfig struct {
 }
 
 // withDefaults fills cfg's zero fields.
-func (cfg SharesConfig) withDefaults() SharesConfig {
+func (cfg Config) withDefaults() Config {
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
 	if cfg.AskWait == 0 {
 		cfg.AskWait = min(2*cfg.Interval, DefaultMaxAskWait)
@@ -108,7 +117,7 @@ func (cfg SharesConfig) withDefaults() SharesConfig {
 //
 // Lock order: mu, then the engine's shards, then cmu.
 type Shares struct {
-	cfg SharesConfig
+	cfg Config
 	eng *local.Engine
 	log *slog.Logger
 
@@ -141,8 +150,8 @@ type shareStats struct {
 	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired, resets atomic.Uint64
 }
 
-// SharesStats is a snapshot of the protocol's counters.
-type SharesStats struct {
+// Stats is a snapshot of the protocol's counters.
+type Stats struct {
 	Ops, Asks, Joins, Gives, Renews uint64 // ops sent, and by what they carried
 	Calls                           uint64 // calls this node made
 	Waits, NoRoom                   uint64 // asks answered wait, and refused until later
@@ -154,8 +163,8 @@ type SharesStats struct {
 	Nodes                           int    // the fleet's size this node divides by
 }
 
-// NewShares returns the protocol for engine eng (which must run in Asks mode).
-func NewShares(cfg SharesConfig, eng *local.Engine) *Shares {
+// New returns the protocol for engine eng (which must run in Asks mode).
+func New(cfg Config, eng *local.Engine) *Shares {
 	cfg = cfg.withDefaults()
 	s := &Shares{cfg: cfg, eng: eng, log: cfg.Logger, keys: make(map[keyLim]*keyState), queued: make(map[*keyState]bool),
 		claims: make(map[keyLim]int64), named: make(map[string]struct{}), resets: make(map[keyLim]int64)}
@@ -190,7 +199,7 @@ func (s *Shares) Settings() share.Settings {
 }
 
 // Config returns the configuration in force.
-func (s *Shares) Config() SharesConfig { return s.cfg }
+func (s *Shares) Config() Config { return s.cfg }
 
 // claimed is the engine's test, for a key it makes, of whether the key is
 // contested and the share this node holds of it.
@@ -723,7 +732,7 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 		if err == nil && i < len(replies) {
 			r = replies[i]
 		} else if err == nil {
-			r.Err = errors.New("reconcile: no reply")
+			r.Err = errors.New("protocol: no reply")
 		}
 		switch {
 		case err != nil || r.Err != nil && !remote.IsKeyFault(r.Err):
@@ -753,7 +762,7 @@ func (s *Shares) queueRetry(ks *keyState) {
 func (s *Shares) fault(ks *keyState, err error, us int64) {
 	s.stats.faults.Add(1)
 	if !ks.faulted {
-		s.once(ks.kl, "reconcile: the store refuses this key: deciding it under the fallback until it is fixed (counted in Stats.KeyFaults)",
+		s.once(ks.kl, "protocol: the store refuses this key: deciding it under the fallback until it is fixed (counted in Stats.KeyFaults)",
 			"key", ks.kl.key, "limit", ks.kl.lim.String(), "err", err)
 	}
 	ks.faulted, ks.faultRetry = true, us+share.Duration(faultRetry)
@@ -769,7 +778,7 @@ func (s *Shares) Refused(key string, lim limit.Limit, what string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.faults.Add(1)
-	s.once(keyLim{key, lim}, "reconcile: redis refuses "+what+": its key holds another type; counted in Stats.KeyFaults, tried again later",
+	s.once(keyLim{key, lim}, "protocol: redis refuses "+what+": its key holds another type; counted in Stats.KeyFaults, tried again later",
 		"key", key, "err", err)
 }
 
@@ -793,11 +802,11 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	if ks.faulted {
 		ks.faulted = false
 		s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
-		s.log.Info("reconcile: the store accepts the key again", "key", ks.kl.key, "limit", ks.kl.lim.String())
+		s.log.Info("protocol: the store accepts the key again", "key", ks.kl.key, "limit", ks.kl.lim.String())
 	}
 	if r.Lost {
 		s.stats.lost.Add(1)
-		s.once(ks.kl, "reconcile: the store had lost a contest this node held a grant of (evicted, deleted, or a restart): rebuilt from this node's grant (counted in Stats.StateLost)",
+		s.once(ks.kl, "protocol: the store had lost a contest this node held a grant of (evicted, deleted, or a restart): rebuilt from this node's grant (counted in Stats.StateLost)",
 			"key", ks.kl.key, "limit", ks.kl.lim.String())
 	}
 	if r.Over {
@@ -1128,7 +1137,7 @@ func (s *Shares) Holding() int {
 }
 
 // Stats returns the protocol's counters.
-func (s *Shares) Stats() SharesStats {
+func (s *Shares) Stats() Stats {
 	s.mu.Lock()
 	contested := 0
 	for _, ks := range s.keys {
@@ -1139,7 +1148,7 @@ func (s *Shares) Stats() SharesStats {
 	nodes := s.fleet.size()
 	s.mu.Unlock()
 	st := &s.stats
-	return SharesStats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
+	return Stats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
 		Calls: st.calls.Load(), Waits: st.waits.Load(), NoRoom: st.noRoom.Load(), Lost: st.lost.Load(), Over: st.over.Load(),
 		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Contested: contested, Nodes: nodes}
 }

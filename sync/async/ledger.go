@@ -1,4 +1,4 @@
-package reconcile
+package async
 
 import (
 	"sync"
@@ -41,6 +41,12 @@ type tally struct {
 	retryAt             time.Time // a key Redis refused: not sent again before
 
 	inflight bool
+}
+
+// keyLim names a key's tally: one per (key, limit).
+type keyLim struct {
+	key string
+	lim limit.Limit
 }
 
 func newLedger(max int) *ledger {

@@ -1,4 +1,4 @@
-package reconcile
+package reports
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
-
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // Sync's rounds: the spend a node made while degraded (and keeps in
@@ -44,7 +44,7 @@ type lease struct {
 // past its threshold, or with spend of evicted keys, most pressing first, at
 // most MaxReports. It returns how many due counters wait for a later round.
 // r.mu is held.
-func (r *Sync) build(rnow int64, flush bool) (deferred int) {
+func (r *Reporter) build(rnow int64, flush bool) (deferred int) {
 	picks := r.picks[:0]
 	for _, c := range r.counters.m {
 		unsent := c.total - c.acked
@@ -122,7 +122,7 @@ func restore(sent []sentReport) {
 // renewals marks the leases due for renewal whose keys are still in use: a
 // lease past half its span, on a key the node spent on or was asked for
 // since its last report. Unused leases are left to lapse. r.mu is held.
-func (r *Sync) renewals(rnow int64) {
+func (r *Reporter) renewals(rnow int64) {
 	now := r.deps.Clock.Now()
 	for kl, l := range r.leases {
 		if l.idle || l.end-rnow > l.span/2 {
@@ -148,7 +148,7 @@ func (r *Sync) renewals(rnow int64) {
 // default share. A lease ends a margin early on this node's clock (an
 // interval and the clock's uncertainty), so the node never uses a share
 // Redis may already have given to another.
-func (r *Sync) expireLeases() {
+func (r *Reporter) expireLeases() {
 	_, rnow := r.now()
 	_, unc, _ := r.deps.Offset.Estimate()
 	margin := int64(r.cfg.Interval)*11/10 + int64(unc)
@@ -167,7 +167,7 @@ func (r *Sync) expireLeases() {
 // apply acknowledges what each answered report carried, records the lease
 // granted, notes lost state and refused keys, and seeds each key with the
 // global state in its new share.
-func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remote.Answer, rnow int64) {
+func (r *Reporter) apply(reports []remote.Report, sent []sentReport, answers []remote.Answer, rnow int64) {
 	type seed struct {
 		key     string
 		lim     limit.Limit
@@ -192,7 +192,7 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 				if !c.faulted {
 					c.faulted = true
 					seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: 1})
-					r.named1(c.key, "reconcile: redis refuses this key: deciding it under the fallback until it is fixed",
+					r.named1(c.key, "reports: redis refuses this key: deciding it under the fallback until it is fixed",
 						"key", c.key, "limit", c.lim.String(), "err", a.Err)
 				}
 				c.retryAt = r.n + faultRetryRounds
@@ -202,7 +202,7 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 		if c.faulted {
 			c.faulted = false
 			seeds = append(seeds, seed{key: c.key, lim: c.lim, fault: -1})
-			r.log.Info("reconcile: redis accepts the key again", "key", c.key, "limit", c.lim.String())
+			r.log.Info("reports: redis accepts the key again", "key", c.key, "limit", c.lim.String())
 		}
 		c.acked = max(c.acked, s.total)
 		c.ackedRefilled = max(c.ackedRefilled, s.refilled)
@@ -253,13 +253,13 @@ func (r *Sync) apply(reports []remote.Report, sent []sentReport, answers []remot
 		}
 	}
 	if lostKeys > 0 {
-		r.log.Warn("reconcile: redis had lost the state of keys this node had reported (evicted, deleted or rolled back): restored from this node's estimate and its totals applied again",
+		r.log.Warn("reports: redis had lost the state of keys this node had reported (evicted, deleted or rolled back): restored from this node's estimate and its totals applied again",
 			"keys", lostKeys, "first", firstLost, "lost_total", r.stats.lostState.Load())
 	}
 }
 
 // named1 logs msg once per key, for up to maxNamedKeys keys. r.mu is held.
-func (r *Sync) named1(key, msg string, args ...any) {
+func (r *Reporter) named1(key, msg string, args ...any) {
 	if _, ok := r.named[key]; ok || len(r.named) >= maxNamedKeys {
 		return
 	}
@@ -271,7 +271,7 @@ func (r *Sync) named1(key, msg string, args ...any) {
 // demand waiting, idle for half the active window, and no lease on the key.
 // Redis keeps a node's totals for 60 active windows, so it still holds them
 // for any counter the node still has. r.mu is held.
-func (r *Sync) forget(now time.Time, rnow int64) {
+func (r *Reporter) forget(now time.Time, rnow int64) {
 	idle := r.cfg.ActiveWindow / 2
 	for k, c := range r.counters.m {
 		if c.total != c.acked || c.hits != 0 || c.faulted || len(c.uncertain) > 0 || now.Sub(c.last) <= idle {
@@ -293,15 +293,15 @@ func absDiff(a, b int64) int64 {
 
 // spendRound runs one round of Sync mode: takes the engine's due spend,
 // reports the keys that need it, and seeds them with the answers.
-func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
-	if err := r.lock.lock(ctx); err != nil {
-		return RoundInfo{Err: err}, err // a round in flight outlasted ctx
+func (r *Reporter) spendRound(ctx context.Context, flush bool) (round.Info, error) {
+	if err := r.Lock.Acquire(ctx); err != nil {
+		return round.Info{Err: err}, err // a round in flight outlasted ctx
 	}
-	defer r.lock.unlock()
+	defer r.Lock.Release()
 	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.
-		return RoundInfo{Err: breaker.ErrOpen}, breaker.ErrOpen
+		return round.Info{Err: breaker.ErrOpen}, breaker.ErrOpen
 	}
 	start, rnow := r.now()
 	e := r.deps.Engine
@@ -330,7 +330,7 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 	if lost > 0 {
 		r.losePending(lost)
 	}
-	info := RoundInfo{Keys: len(r.reports), Deferred: deferred}
+	info := round.Info{Keys: len(r.reports), Deferred: deferred}
 	r.stats.deferred.Add(uint64(deferred))
 
 	// Batch by batch; even a round with nothing to report makes one call,
@@ -376,11 +376,11 @@ func (r *Sync) spendRound(ctx context.Context, flush bool) (RoundInfo, error) {
 
 // sendBatch sends reports[from:to] in one call through the breaker, and
 // applies the answers.
-func (r *Sync) sendBatch(ctx context.Context, from, to int) error {
+func (r *Reporter) sendBatch(ctx context.Context, from, to int) error {
 	reports, sent, round := r.reports[from:to], r.sent[from:to], r.round
 	round.Fleet, round.NoHeartbeat = r.deps.Engine.Fleet(), false
 	callSent := r.deps.Clock.Now()
-	_, err := breaker.Call(ctx, r.deps.Breaker, r.timeout(ctx, r.cfg.BatchTimeout), func(ctx context.Context) (struct{}, error) {
+	_, err := breaker.Call(ctx, r.deps.Breaker, r.Timeout(ctx, r.cfg.BatchTimeout), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.deps.Store.Reconcile(ctx, reports, round)
 	})
 	if err != nil && !errors.Is(err, breaker.ErrOpen) && !errors.Is(err, breaker.ErrBusy) {
@@ -409,10 +409,10 @@ func (r *Sync) sendBatch(ctx context.Context, from, to int) error {
 // fleet's keys hold values of another type, and logs it once: the node's
 // reports are still applied, but it learns neither the fleet's size (it
 // keeps dividing by the last it knew, or FleetSize) nor Redis's time.
-func (r *Sync) fleetFault(err error) {
+func (r *Reporter) fleetFault(err error) {
 	r.stats.faults.Add(1)
 	if r.fleetLogged.CompareAndSwap(false, true) {
-		r.log.Warn("reconcile: redis holds a value of another type for the fleet's keys: this node's heartbeat is refused, so it counts the fleet as it last knew it (or FleetSize) until that value is gone; its reports are applied (counted in Stats.KeyFaults; logged once)",
+		r.log.Warn("reports: redis holds a value of another type for the fleet's keys: this node's heartbeat is refused, so it counts the fleet as it last knew it (or FleetSize) until that value is gone; its reports are applied (counted in Stats.KeyFaults; logged once)",
 			"err", err, "fleet", r.deps.Engine.Fleet())
 	}
 }

@@ -1,4 +1,9 @@
-package reconcile
+// Package async runs Async mode's share protocol (package protocol) against
+// Redis: a heartbeat every interval, each op as soon as it is ready, the
+// protocol's timers, the calls other nodes publish, and the ledger of what
+// the node admitted. No decision waits on it, except a request the node's
+// share cannot admit, which may wait for the fleet up to AskWait (Ask).
+package async
 
 import (
 	"context"
@@ -15,22 +20,24 @@ import (
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
 	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
-// AsyncStore is the store's side of Async mode: the share protocol's ops
+// Store is the store's side of Async mode: the share protocol's ops
 // and heartbeat, the calls published between heartbeats, and the ledger.
 // remote.Store is one.
-type AsyncStore interface {
+type Store interface {
 	ShareOps(ctx context.Context, set share.Settings, ops []share.Op, replies []share.Reply) error
 	ShareBeat(ctx context.Context, b *share.Beat, r *share.BeatReply) error
 	SubscribeCalls(ctx context.Context, heard func(share.Contest)) (stop func())
 	AddToLedgers(ctx context.Context, entries []remote.LedgerEntry, errs []error) error
 }
 
-// AsyncConfig configures an Async. Zero fields mean their defaults.
-type AsyncConfig struct {
+// Config configures a Runner. Zero fields mean their defaults.
+type Config struct {
 	// Interval, AskWait, Lease, ActiveWindow and FleetSize are the share
-	// protocol's (SharesConfig).
+	// protocol's (protocol.Config).
 	Interval, AskWait, Lease, ActiveWindow time.Duration
 	FleetSize                              int
 	// Jitter spreads heartbeats by up to ±Jitter of the interval. Zero
@@ -50,29 +57,29 @@ type AsyncConfig struct {
 	// Logger receives what changes decisions. Nil means slog.Default().
 	Logger *slog.Logger
 	// OnRound, if set, is called after every heartbeat round.
-	OnRound func(RoundInfo)
+	OnRound func(round.Info)
 }
 
-// AsyncDeps are the parts an Async works with, shared with the limiter.
-type AsyncDeps struct {
+// Deps are the parts a Runner works with, shared with the limiter.
+type Deps struct {
 	Engine  *local.Engine
-	Store   AsyncStore
+	Store   Store
 	Breaker *breaker.Breaker
 	Clock   clock.Clock
 	Offset  *clock.Offset
 }
 
-// Async reconciles an Async-mode node: it runs the share protocol (Shares)
+// Runner reconciles a Async-mode node: it runs the share protocol (Shares)
 // against the store, a heartbeat every interval and each op as soon as it
 // is ready, and keeps the ledger. No decision waits on it, except a
 // request the node's share cannot admit, which may wait for the fleet up to
 // AskWait (Ask).
-type Async struct {
-	rounds
-	cfg  AsyncConfig
-	deps AsyncDeps
+type Runner struct {
+	round.Runner
+	cfg  Config
+	deps Deps
 	log  *slog.Logger
-	sh   *Shares
+	sh   *protocol.Shares
 
 	wakeOps, wakeBeat, wakeTick chan struct{}
 	sending                     sync.Mutex // one call of ops at a time
@@ -84,29 +91,29 @@ type Async struct {
 	}
 }
 
-// NewAsync returns an Async of deps. The engine must run in Asks mode
+// New returns a Runner of deps. The engine must run in Asks mode
 // (local.Config.Asks).
-func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
+func New(cfg Config, deps Deps) (*Runner, error) {
 	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
-		return nil, errors.New("reconcile: every dependency is required")
+		return nil, errors.New("async: every dependency is required")
 	}
 	if cfg.Interval < 0 || cfg.Lease < 0 || cfg.ActiveWindow < 0 || cfg.FleetSize < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.CallTimeout < 0 {
-		return nil, fmt.Errorf("reconcile: negative interval %v, lease %v, active window %v, fleet size %d, batch size %d, max pending %d or call timeout %v",
+		return nil, fmt.Errorf("async: negative interval %v, lease %v, active window %v, fleet size %d, batch size %d, max pending %d or call timeout %v",
 			cfg.Interval, cfg.Lease, cfg.ActiveWindow, cfg.FleetSize, cfg.BatchSize, cfg.MaxPending, cfg.CallTimeout)
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = round.DefaultInterval
 	}
 	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
+		cfg.BatchSize = round.DefaultBatchSize
 	}
 	if cfg.MaxPending == 0 {
-		cfg.MaxPending = DefaultMaxPending
+		cfg.MaxPending = round.DefaultMaxPending
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Async{rounds: newRounds(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
+	a := &Runner{Runner: round.New(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
 		wakeOps: make(chan struct{}, 1), wakeBeat: make(chan struct{}, 1), wakeTick: make(chan struct{}, 1),
 		ledger: newLedger(cfg.MaxPending)}
 	a.ledger.now = deps.Clock.Now
@@ -114,11 +121,11 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 	if timeout == 0 {
 		timeout = deps.Breaker.Timeout()
 	}
-	a.sh = NewShares(SharesConfig{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
+	a.sh = protocol.New(protocol.Config{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
 		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
 		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Grace: timeout, Spent: a.spent}, deps.Engine)
-	a.sh.SetWake(func(w Wake) {
-		if w == WakeBeat {
+	a.sh.SetWake(func(w protocol.Wake) {
+		if w == protocol.WakeBeat {
 			signal(a.wakeBeat)
 		} else {
 			signal(a.wakeOps)
@@ -127,8 +134,20 @@ func NewAsync(cfg AsyncConfig, deps AsyncDeps) (*Async, error) {
 	return a, nil
 }
 
+// How often the runner sweeps idle keys and sends the ledger, and how a key
+// Redis refuses is retried.
+const (
+	// sweepEvery is how many rounds pass between sweeps of idle keys.
+	sweepEvery = 10
+	// sweepPerShard bounds the keys a sweep looks at per shard.
+	sweepPerShard = 64
+	// faultRetry is how long a key the store refuses waits before it is
+	// tried again.
+	faultRetry = 5 * time.Second
+)
+
 // spent counts spend the protocol took from the engine into the ledger.
-func (a *Async) spent(s local.Spend) {
+func (a *Runner) spent(s local.Spend) {
 	if !a.cfg.Ledger {
 		return
 	}
@@ -146,23 +165,23 @@ func signal(c chan struct{}) {
 }
 
 // Shares returns the protocol the node runs.
-func (a *Async) Shares() *Shares { return a.sh }
+func (a *Runner) Shares() *protocol.Shares { return a.sh }
 
 // Interval returns the time between heartbeats.
-func (a *Async) Interval() time.Duration { return a.cfg.Interval }
+func (a *Runner) Interval() time.Duration { return a.cfg.Interval }
 
 // now is the time on Redis's clock (Unix ns), as this node maps it.
-func (a *Async) now() int64 { return a.deps.Offset.Map(a.deps.Clock.Now()) }
+func (a *Runner) now() int64 { return a.deps.Offset.Map(a.deps.Clock.Now()) }
 
 // Start beats the node's first heartbeat, bounded by ctx alone: the fleet
 // learns of the node, and the node learns the fleet, the contested keys and
 // Redis's clock before it decides anything.
-func (a *Async) Start(ctx context.Context) error {
-	a.starting.Store(true)
-	defer a.starting.Store(false)
+func (a *Runner) Start(ctx context.Context) error {
+	a.Starting.Store(true)
+	defer a.Starting.Store(false)
 	for {
 		info, err := a.beat(ctx)
-		a.done(info)
+		a.Done(info)
 		if err != nil || !a.sh.More() {
 			return err
 		}
@@ -172,7 +191,7 @@ func (a *Async) Start(ctx context.Context) error {
 // Run runs the protocol until ctx is done: heartbeats every interval (and
 // at once when a call must reach the registry), ops as soon as they are
 // ready, the protocol's timers, and the calls other nodes publish.
-func (a *Async) Run(ctx context.Context) {
+func (a *Runner) Run(ctx context.Context) {
 	stop := a.deps.Store.SubscribeCalls(ctx, func(c share.Contest) { a.sh.Heard(c, a.now()) })
 	defer stop()
 	var wg sync.WaitGroup
@@ -181,7 +200,7 @@ func (a *Async) Run(ctx context.Context) {
 	go func() { defer wg.Done(); a.tickLoop(ctx) }()
 	defer wg.Wait()
 	n := 0
-	timer := time.NewTimer(a.next())
+	timer := time.NewTimer(a.Next())
 	defer timer.Stop()
 	for {
 		select {
@@ -189,7 +208,7 @@ func (a *Async) Run(ctx context.Context) {
 			return
 		case <-a.wakeBeat:
 		case <-timer.C:
-			timer.Reset(a.next())
+			timer.Reset(a.Next())
 			n++
 			if a.cfg.Ledger && n%sweepEvery == 0 {
 				a.sendLedger(ctx, false)
@@ -201,7 +220,7 @@ func (a *Async) Run(ctx context.Context) {
 		signal(a.wakeTick)
 		for {
 			info, err := a.beat(ctx)
-			a.done(info)
+			a.Done(info)
 			if err != nil || !a.sh.More() || ctx.Err() != nil {
 				break
 			}
@@ -212,10 +231,10 @@ func (a *Async) Run(ctx context.Context) {
 
 // Round runs one round now: the protocol's timers, a heartbeat, and the ops
 // ready. It returns why the heartbeat or the ops failed, if they did.
-func (a *Async) Round(ctx context.Context) error {
+func (a *Runner) Round(ctx context.Context) error {
 	a.sh.Tick(a.now())
 	info, err := a.beat(ctx)
-	a.done(info)
+	a.Done(info)
 	if err != nil {
 		return err
 	}
@@ -223,18 +242,18 @@ func (a *Async) Round(ctx context.Context) error {
 }
 
 // beat sends one heartbeat.
-func (a *Async) beat(ctx context.Context) (RoundInfo, error) {
+func (a *Runner) beat(ctx context.Context) (round.Info, error) {
 	b := a.sh.NextBeat(a.now())
 	if b == nil {
-		return RoundInfo{}, nil // one in flight
+		return round.Info{}, nil // one in flight
 	}
 	sent := a.deps.Clock.Now()
 	r := new(share.BeatReply) // the call's own: one abandoned at its timeout may still write it
-	_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+	_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, a.deps.Store.ShareBeat(ctx, b, r)
 	})
 	received := a.deps.Clock.Now()
-	info := RoundInfo{Duration: received.Sub(sent), Err: err}
+	info := round.Info{Duration: received.Sub(sent), Err: err}
 	if err != nil {
 		if remote.IsKeyFault(err) {
 			a.sh.Refused("", limit.Limit{}, "the fleet's registry (heartbeats go on failing: the node keeps the fleet it knew)", err)
@@ -249,7 +268,7 @@ func (a *Async) beat(ctx context.Context) (RoundInfo, error) {
 }
 
 // sendLoop sends the ops ready whenever woken.
-func (a *Async) sendLoop(ctx context.Context) {
+func (a *Runner) sendLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -262,7 +281,7 @@ func (a *Async) sendLoop(ctx context.Context) {
 
 // send sends every op ready, in calls of at most BatchSize, until none is
 // left or a call fails (the failed ops are sent again when next woken).
-func (a *Async) send(ctx context.Context) error {
+func (a *Runner) send(ctx context.Context) error {
 	a.sending.Lock()
 	defer a.sending.Unlock()
 	set := a.sh.Settings()
@@ -272,7 +291,7 @@ func (a *Async) send(ctx context.Context) error {
 			return nil
 		}
 		replies := make([]share.Reply, len(ops)) // the call's own, as the beat's reply
-		_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+		_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, a.deps.Store.ShareOps(ctx, set, ops, replies)
 		})
 		if err != nil && remote.IsKeyFault(err) {
@@ -294,7 +313,7 @@ func (a *Async) send(ctx context.Context) error {
 
 // tickLoop runs the protocol's timers: at the time Tick asks for, at least
 // every interval, and whenever woken.
-func (a *Async) tickLoop(ctx context.Context) {
+func (a *Runner) tickLoop(ctx context.Context) {
 	timer := time.NewTimer(a.cfg.Interval)
 	defer timer.Stop()
 	for {
@@ -324,7 +343,7 @@ type Answer struct {
 	// Refuse (no room in the fleet until Until), Expired (no room within
 	// AskWait), Unreachable (decide under the fallback), Admitted (the
 	// store admitted it from the fleet's pool, at Until).
-	Verdict Verdict
+	Verdict protocol.Verdict
 	Until   int64 // Unix ns on Redis's clock
 }
 
@@ -332,13 +351,13 @@ type Answer struct {
 // lim) that the node's share could not admit at now (ns; local.ErrShort),
 // first made at asked (ns), until deadline (ns, Redis's clock) or ctx's
 // end. It never waits while the breaker is open (Unreachable).
-func (a *Async) Ask(ctx context.Context, now, asked int64, key string, lim limit.Limit, n, deadline int64) Answer {
+func (a *Runner) Ask(ctx context.Context, now, asked int64, key string, lim limit.Limit, n, deadline int64) Answer {
 	if a.deps.Breaker.State() == breaker.Open {
-		return Answer{Verdict: Unreachable}
+		return Answer{Verdict: protocol.Unreachable}
 	}
 	w, refuse, until := a.sh.Short(now, asked, key, lim, n, deadline, nil)
 	if refuse {
-		return Answer{Verdict: Refuse, Until: until}
+		return Answer{Verdict: protocol.Refuse, Until: until}
 	}
 	// The protocol settles the request by its deadline, or, while the
 	// store has the ask in hand, by the call's timeout after it (Grace);
@@ -353,7 +372,7 @@ func (a *Async) Ask(ctx context.Context, now, asked int64, key string, lim limit
 		a.sh.Abandon(key, lim, w)
 	}
 	v, at := w.Verdict()
-	if v == Admitted && a.cfg.Ledger {
+	if v == protocol.Admitted && a.cfg.Ledger {
 		a.ledger.add(key, lim, n, a.deps.Clock.Now())
 	}
 	return Answer{Verdict: v, Until: at}
@@ -361,17 +380,17 @@ func (a *Async) Ask(ctx context.Context, now, asked int64, key string, lim limit
 
 // AskWait returns how long a request may wait for the fleet (negative:
 // never).
-func (a *Async) AskWait() time.Duration { return a.sh.Config().AskWait }
+func (a *Runner) AskWait() time.Duration { return a.sh.Config().AskWait }
 
 // Flush gives back every grant this node holds, sends the ledger whole,
 // and leaves the fleet: the others divide by one node fewer at once. It
 // returns nil when every grant and all the ledger reached Redis, else why
 // not (a leave Redis did not hear is logged: nothing is lost by it). It returns by
 // ctx's deadline.
-func (a *Async) Flush(ctx context.Context) error {
+func (a *Runner) Flush(ctx context.Context) error {
 	a.sh.Leave()
 	a.ledger.beginFlush()
-	err := a.retry(ctx, func() error {
+	err := a.Retry(ctx, func() error {
 		if err := a.send(ctx); err != nil {
 			return err
 		}
@@ -391,21 +410,21 @@ func (a *Async) Flush(ctx context.Context) error {
 		if err != nil {
 			// Nothing is lost: the others keep counting this node until its
 			// entry lapses (ActiveWindow), and divide by one node fewer then.
-			a.log.Warn("reconcile: could not tell the fleet this node leaves: the others count it until its entry lapses",
+			a.log.Warn("async: could not tell the fleet this node leaves: the others count it until its entry lapses",
 				"err", err, "active_window", a.sh.Config().ActiveWindow)
 			err = nil
 		}
 	}
 	if err != nil {
 		keys, weight := a.ledger.unacked()
-		return fmt.Errorf("reconcile: flush: %d keys (%d in weight) of the ledger not reported: %w", keys, weight, err)
+		return fmt.Errorf("async: flush: %d keys (%d in weight) of the ledger not reported: %w", keys, weight, err)
 	}
 	return nil
 }
 
 // sendLedger takes the engine's spend into the ledger and sends what Redis
 // has not acknowledged: every key when flushing, else a batch.
-func (a *Async) sendLedger(ctx context.Context, flush bool) error {
+func (a *Runner) sendLedger(ctx context.Context, flush bool) error {
 	now := a.deps.Clock.Now()
 	taken := a.deps.Engine.TakeSpend(nil)
 	a.sh.Took(taken)
@@ -416,7 +435,7 @@ func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 	}
 	if lost > 0 {
 		a.stats.lost.Add(uint64(lost))
-		a.log.Warn("reconcile: ledger weight lost: too many keys to keep a count of", "weight", lost,
+		a.log.Warn("async: ledger weight lost: too many keys to keep a count of", "weight", lost,
 			"lost_total", a.stats.lost.Load(), "max_pending", a.cfg.MaxPending)
 	}
 	for {
@@ -425,7 +444,7 @@ func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 			return nil
 		}
 		errs := make([]error, len(entries))
-		_, err := breaker.Call(ctx, a.deps.Breaker, a.timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+		_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, a.deps.Store.AddToLedgers(ctx, entries, errs)
 		})
 		if err != nil {
@@ -450,7 +469,7 @@ func (a *Async) sendLedger(ctx context.Context, flush bool) error {
 // Unreported returns how many keys hold ledger weight Redis has not
 // acknowledged (with Ledger: the engine's spend not yet taken too), or a
 // grant not yet given back.
-func (a *Async) Unreported() int {
+func (a *Runner) Unreported() int {
 	keys, _ := a.ledger.unacked()
 	if a.cfg.Ledger {
 		keys += a.deps.Engine.Untaken()
@@ -459,15 +478,16 @@ func (a *Async) Unreported() int {
 }
 
 // Stats returns the reconciler's counters.
-func (a *Async) Stats() Stats {
+func (a *Runner) Stats() round.Stats {
 	sh := a.sh.Stats()
 	keys, _ := a.ledger.unacked()
-	return Stats{Rounds: a.count.Load(), RoundErrors: a.errors.Load(), KeysSent: a.stats.sent.Load(),
+	rounds, failed := a.Rounds()
+	return round.Stats{Rounds: rounds, RoundErrors: failed, KeysSent: a.stats.sent.Load(),
 		LostSpend: a.stats.lost.Load(), StateLost: sh.Lost, KeyFaults: sh.Faults, Leases: sh.Contested,
-		Pending: keys, Nodes: sh.Nodes, LastRound: time.Duration(a.last.Load()), Shares: sh}
+		Pending: keys, Nodes: sh.Nodes, LastRound: a.Last(), Shares: sh}
 }
 
 // Reset starts (key, lim) afresh on this node and, through the registry,
 // on every other: Redis's state of it was reset at at (Unix ns;
 // remote.Store.ResetShares).
-func (a *Async) Reset(key string, lim limit.Limit, at int64) { a.sh.Reset(a.now(), key, lim, at) }
+func (a *Runner) Reset(key string, lim limit.Limit, at int64) { a.sh.Reset(a.now(), key, lim, at) }

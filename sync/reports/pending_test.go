@@ -1,4 +1,4 @@
-package reconcile
+package reports
 
 import (
 	"fmt"
@@ -18,6 +18,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/round"
 )
 
 // The spend waiting for Redis is bounded in bytes: a counter that would pass
@@ -69,8 +70,8 @@ func TestCounterBytesCoverTheHeap(t *testing.T) {
 // takes no longer than its interval. Counted, not timed.
 func TestDrainReportsMaxReportsKeysARound(t *testing.T) {
 	const keys, per = 6000, 1000
-	var rounds []RoundInfo
-	f := newFixture(t, SyncConfig{MaxReports: per, BatchSize: 500, OnRound: func(i RoundInfo) { rounds = append(rounds, i) }})
+	var rounds []round.Info
+	f := newFixture(t, Config{MaxReports: per, BatchSize: 500, OnRound: func(i round.Info) { rounds = append(rounds, i) }})
 	warmUp(t, f)
 	f.engine.SetDegraded(true) // an outage: spend waits in memory
 	lim := limit.Per(100, time.Hour)
@@ -107,7 +108,7 @@ func TestDrainReportsMaxReportsKeysARound(t *testing.T) {
 // many rounds hit it.
 func TestPendingBytesBoundCountsAndLogsOnce(t *testing.T) {
 	lim := limit.Per(100, time.Hour)
-	f := newFixture(t, SyncConfig{MaxPendingBytes: 40 * counterBytes(spendKey{key: "k00"})})
+	f := newFixture(t, Config{MaxPendingBytes: 40 * counterBytes(spendKey{key: "k00"})})
 	f.engine.SetDegraded(true)
 	for i := range 100 {
 		_, err := f.engine.AllowDegraded(time.Now().UnixNano(), fmt.Sprintf("k%02d", i), lim, 60)
@@ -187,7 +188,7 @@ func BenchmarkBuildAfterOutage(b *testing.B) {
 	defer c.Close()
 	s, err := remote.New(c, remote.Options{Node: "bench"})
 	require.NoError(b, err)
-	r, err := NewSync(SyncConfig{}, Deps{Engine: e, Store: s, Breaker: breaker.New(breaker.Settings{}), Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
+	r, err := New(Config{}, Deps{Engine: e, Store: s, Breaker: breaker.New(breaker.Settings{}), Clock: clock.Real{}, Offset: clock.NewOffset(time.Now())})
 	require.NoError(b, err)
 	lim := limit.Per(100, time.Hour)
 	now := time.Now()
@@ -216,7 +217,7 @@ func BenchmarkDrainAfterOutage(b *testing.B) {
 	lim := limit.Per(100, time.Hour)
 	for b.Loop() {
 		b.StopTimer()
-		f := newFixture(b, SyncConfig{})
+		f := newFixture(b, Config{})
 		warmUp(b, f)
 		f.engine.SetDegraded(true)
 		for i := range n {
