@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -10,7 +11,9 @@ import (
 	"github.com/hybridlimit/hybridlimit/breaker"
 	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
 
 // InfDuration is what Reservation.DelayFrom returns for a reservation that
@@ -31,12 +34,27 @@ type Reservation struct {
 	Decision
 
 	delay    time.Duration // the wait from when it was made; zero if not made
+	pooled   bool          // Async: the fleet's pool admitted it, not this node's share
+	eta      time.Duration // refused: how long it would have waited to act, had it been made
 	l        *Limiter
 	key      string
 	lim      Limit
 	n        int64
 	at       int64 // when it was made, Unix ns on the deciding clock
 	canceled atomic.Bool
+}
+
+// made records res, a reservation made (or refused) with src after being
+// offered a wait of at most offered.
+func (r *Reservation) made(res limit.Reservation, src Source, offered time.Duration) {
+	r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: src}, res.Delay, res.At
+	switch {
+	case res.Allowed:
+	case r.lim.Algorithm == TokenBucket:
+		r.eta = res.RetryAfter + offered // RetryAfter is the wait beyond what was offered
+	default:
+		r.eta = res.ResetAfter // the leaky queue's wait: a refusal leaves it as it was
+	}
 }
 
 // OK reports whether the reservation was made: Allowed.
@@ -83,7 +101,10 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 // was not made, does nothing. A reservation made in Redis (Source Remote)
 // is given back in Redis, bounded by ctx; if Redis cannot be reached it
 // stays counted and Cancel returns why. One made in memory is given back in
-// memory; spend already reported to Redis stays counted there.
+// memory (in Async mode, to the share it was made in); spend already
+// reported to Redis stays counted there. One the fleet's pool admitted in
+// Async mode (a key no node held room of) acted at once: nothing is left to
+// give back.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if !r.Allowed || r.l == nil || !r.canceled.CompareAndSwap(false, true) {
 		return nil
@@ -91,6 +112,9 @@ func (r *Reservation) Cancel(ctx context.Context) error {
 	l := r.l
 	if l.closed.Load() {
 		return ErrClosed
+	}
+	if r.pooled {
+		return nil
 	}
 	act := r.at + int64(r.delay)
 	if r.Source != Remote {
@@ -172,7 +196,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		})
 		if err == nil {
 			l.keepWarm(key, lim, d)
-			r.Decision, r.delay, r.at = Decision{Result: d.Result, Source: Remote}, d.Delay, d.Now
+			r.made(limit.Reservation{Result: d.Result, Delay: d.Delay, At: d.Now}, Remote, redisWait)
 			return r, nil
 		}
 		if isCallerError(err) {
@@ -187,7 +211,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 		if err != nil {
 			return nil, err
 		}
-		r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+		r.made(res, Local, maxWait)
 		return r, nil
 	}
 	// In memory, in a mode with Redis: no promise the reconciliation would
@@ -196,11 +220,72 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 	if l.mode == Sync || l.engine.Degraded() {
 		return l.degradedReserve(r, maxWait)
 	}
-	res, err := l.engine.ReserveN(l.now(), key, lim, n, maxWait)
+	return l.asyncReserve(ctx, r, maxWait)
+}
+
+// asyncReserve reserves in Async mode, through the share protocol as AllowN
+// decides: in this node's share when it holds the room at once; otherwise
+// it asks the fleet first (at most AskWait, as a request of AllowN waits),
+// and then the fleet's pool admits it, or it is made in the share the node
+// holds now, waiting as that share refills. A node that holds no share of
+// the key refuses it until the fleet has room (RetryAfter), and WaitN tries
+// again then.
+func (l *Limiter) asyncReserve(ctx context.Context, r *Reservation, maxWait time.Duration) (*Reservation, error) {
+	if err := asyncSupports(r.lim); err != nil {
+		return nil, err
+	}
+	now := l.now()
+	res, err := l.engine.ReserveN(now, r.key, r.lim, r.n, maxWait)
+	switch {
+	case err == nil:
+		r.made(res, Local, maxWait)
+		return r, nil
+	case errors.Is(err, local.ErrFaulted):
+		return l.degradedReserve(r, maxWait) // Redis refuses this key: the fallback decides it
+	case !errors.Is(err, local.ErrShort):
+		return nil, err
+	}
+	deadline := now + int64(l.async.AskWait())
+	if d, ok := ctx.Deadline(); ok {
+		deadline = min(deadline, now+int64(time.Until(d)))
+	}
+	ans := l.async.Ask(ctx, now, now, r.key, r.lim, r.n, deadline)
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	switch ans.Verdict {
+	case protocol.Unreachable:
+		return l.degradedReserve(r, maxWait)
+	case protocol.Admitted:
+		// The fleet's pool admitted it, at once: the node's own state is
+		// as it was.
+		res, _ := l.engine.AllowN(l.now(), r.key, r.lim, 0)
+		res.Limit, res.Allowed, res.RetryAfter = r.lim, true, 0
+		r.Decision, r.at, r.pooled = Decision{Result: res, Source: Remote}, l.now(), true
+		return r, nil
+	}
+	now = l.now()
+	res, err = l.engine.ReserveHeld(now, r.key, r.lim, r.n, maxWait)
+	switch {
+	case err == nil:
+		r.made(res, Local, maxWait)
+		return r, nil
+	case errors.Is(err, local.ErrFaulted):
+		return l.degradedReserve(r, maxWait)
+	case !errors.Is(err, local.ErrShort):
+		return nil, err
+	}
+	// This node holds no share that could make it, and the fleet had no
+	// room for it: refused until the fleet may have (or, not knowing when,
+	// an interval).
+	ref, err := l.refuse(now, r.key, r.lim, r.n, ans.Until, true)
 	if err != nil {
 		return nil, err
 	}
-	r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Local}, res.Delay, res.At
+	if ans.Verdict != protocol.Refuse || ans.Until <= now {
+		ref.RetryAfter = max(ref.RetryAfter, l.cfg.SyncInterval)
+	}
+	r.Decision, r.at, r.eta = ref, now, ref.RetryAfter
 	return r, nil
 }
 
@@ -228,7 +313,7 @@ func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reser
 			}
 			res.Allowed, res.RetryAfter, res.Delay = true, 0, 0
 		}
-		r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+		r.made(res, Degraded, maxWait)
 		return r, nil
 	case FailClosed:
 		res, err := l.engine.AllowN(now, r.key, r.lim, 0) // validates, and reports without spending
@@ -237,14 +322,14 @@ func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reser
 		}
 		res.Allowed = false
 		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
-		r.Decision, r.at = Decision{Result: res, Source: Degraded}, now
+		r.Decision, r.at = Decision{Result: res, Source: Degraded}, now // RetryAfter says when to try again
 		return r, nil
 	}
 	res, err := l.engine.ReserveN(now, r.key, r.lim, r.n, maxWait)
 	if err != nil {
 		return nil, err
 	}
-	r.Decision, r.delay, r.at = Decision{Result: res.Result, Source: Degraded}, res.Delay, res.At
+	r.made(res, Degraded, maxWait)
 	return r, nil
 }
 
@@ -307,26 +392,13 @@ func (l *Limiter) WaitN(ctx context.Context, key string, lim Limit, n int64) err
 		}
 		// Refused: hopeless when it could not act before the deadline; else
 		// (a full queue, a wait memory may not promise) wait and try again.
-		if left := time.Until(deadline); bounded && (r.RetryAfter >= left || l.waitOf(r, maxWait) > left) {
+		if left := time.Until(deadline); bounded && (r.RetryAfter >= left || r.eta > left) {
 			return fmt.Errorf("hybrid: WaitN(n=%d) would exceed the context's deadline: %w", n, context.DeadlineExceeded)
 		}
 		if err := l.sleep(ctx, r.RetryAfter); err != nil {
 			return err
 		}
 	}
-}
-
-// waitOf is how long a refused reservation would have waited to act,
-// had it been made: the earliest it could act, if nobody gives anything
-// back. maxWait is the longest wait it was offered.
-func (l *Limiter) waitOf(r *Reservation, maxWait time.Duration) time.Duration {
-	switch {
-	case r.Source == Degraded && l.cfg.Fallback == FailClosed:
-		return 0 // refused until the breaker's next probe: RetryAfter says when
-	case r.lim.Algorithm == TokenBucket:
-		return r.RetryAfter + maxWait // RetryAfter is the wait beyond maxWait
-	}
-	return r.ResetAfter // the leaky queue's wait: a refusal leaves it as it was
 }
 
 // sleep waits d on the limiter's clock, or until ctx is done.

@@ -328,8 +328,13 @@ func TestAsyncReservationsStayWithinOneTolerance(t *testing.T) {
 	assert.Equal(t, InfDuration, r.DelayFrom(l.Now()))
 	assert.True(t, r.TimeToAct().IsZero())
 
+	// A Wait whose context has time for the 300 ms wait waits for it (it
+	// used to give up at once: the wait beyond the tolerance was added to
+	// the whole deadline rather than to the tolerance).
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- l.Wait(bg, "k", lim) }()
+	go func() { done <- l.Wait(ctx, "k", lim) }()
 	require.Eventually(t, func() bool { return clk.Waiters() == 1 }, 10*time.Second, time.Millisecond)
 	clk.Advance(100 * time.Millisecond) // the retry: now a 200 ms wait fits
 	require.Eventually(t, func() bool { return clk.Waiters() == 1 }, 10*time.Second, time.Millisecond)

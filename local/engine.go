@@ -275,12 +275,12 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	switch p.lim.Algorithm {
 	case limit.TokenBucket:
-		if e.asks && en.st[0] <= now {
-			en.ex, en.exSince = now, now // its share is full: the shadow starts again from it
-		}
+		full := en.st[0] <= now
 		tokenBucket(&res, &en.st, now, p, weight, en.share)
 		if e.asks && res.Allowed && weight > 0 {
-			en.ex = max(en.ex, now) + ratemath.MulSat(weight, p.interval)
+			shadowAdmit(en, p, weight, now, full)
+		} else if e.asks && full {
+			en.ex, en.exSince = now, now
 		}
 	case limit.LeakyBucket:
 		leakyMeter(&res, &en.st, now, p, weight, en.share)
@@ -305,17 +305,34 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	if e.track && n > 0 && !p.calendar() { // calendar limits are untracked (reserve.go)
 		sh.record(key, en, n, res.Allowed, degraded, now)
-		// Under pressure once less than a quarter of the share's room is
-		// left: a key whose burst covers its demand for long (a burst far
-		// above its rate) is not contested while it has room to spend, and
-		// a key running low asks before it is short.
-		if e.asks && !degraded && res.Allowed && en.share < ShareOne && !en.has(flagDue) &&
-			(res.Remaining+2)*4*int64(ShareOne) < int64(en.share)*p.capacity {
-			sh.press(key, en)
+		if e.asks && !degraded && res.Allowed {
+			sh.pressIfLow(key, en, p, res.Remaining)
 		}
 	}
 	sh.mu.Unlock()
 	return res, nil
+}
+
+// shadowAdmit counts an admission of weight n at now in a token bucket's
+// shadow (Asks mode): the level one exact bucket holding the whole limit
+// would have had this node alone admitted since its share was last full
+// (full: the share was full before this admission).
+func shadowAdmit(en *entry, p *policy, n, now int64, full bool) {
+	if full {
+		en.ex, en.exSince = now, now // its share was full: the shadow starts again from it
+	}
+	en.ex = max(en.ex, now) + ratemath.MulSat(n, p.interval)
+}
+
+// pressIfLow puts en under pressure (Asks mode) once less than a quarter
+// of its share's room is left after an admission (remaining requests, two
+// more counted): a key whose burst covers its demand for long (a burst far
+// above its rate) is not contested while it has room to spend, and a key
+// running low asks before it is short. The shard is locked.
+func (sh *shard) pressIfLow(key string, en *entry, p *policy, remaining int64) {
+	if en.share < ShareOne && !en.has(flagDue) && (remaining+2)*4*int64(ShareOne) < int64(en.share)*p.capacity {
+		sh.press(key, en)
+	}
 }
 
 // heavy reports whether a request of weight n can never fit in share s of

@@ -27,11 +27,7 @@ func (shortError) Error() string { return "local: no room in this node's share" 
 // even of the fleet) cannot be decided in this node's share at now. The shard
 // is locked; en's state has been rolled to now.
 func (e *Engine) short(en *entry, p *policy, n int64, now int64) bool {
-	if en.has(flagContested) {
-		if en.has(flagEmpty) || now > e.validUntil.Load() {
-			return true // nothing held, or a grant whose lease this node cannot vouch for
-		}
-	} else if pooled(p, en.share) {
+	if e.unheld(en, p, now) {
 		return true
 	}
 	if en.share >= ShareOne {
@@ -55,6 +51,16 @@ func (e *Engine) short(en *entry, p *policy, n int64, now int64) bool {
 		return false
 	}
 	return !res.Allowed
+}
+
+// unheld reports whether the node holds no share of en it may decide in at
+// now (Asks mode): a contested key it holds no grant of, or a grant whose
+// lease this node cannot vouch for; an uncontested key with no even split.
+func (e *Engine) unheld(en *entry, p *policy, now int64) bool {
+	if en.has(flagContested) {
+		return en.has(flagEmpty) || now > e.validUntil.Load()
+	}
+	return pooled(p, en.share)
 }
 
 // pooled reports whether an uncontested key of p has no even split: one

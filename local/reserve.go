@@ -29,7 +29,28 @@ var ErrNotBucket = errors.New("local: reserve needs the token or leaky bucket")
 // it must wait. When it cannot, nothing is spent and RetryAfter says when a
 // reservation would fit. On the leaky bucket it must also fit in the queue.
 // A negative maxWait is zero.
+//
+// In Asks mode (not degraded) it goes by the node's share as AllowN does:
+// it returns ErrShort, changing nothing, when the node holds none of the key
+// (a contested key it holds no grant of, or one it cannot vouch for; a key
+// with no even split), when the request can never fit its share, or when
+// the reservation would have to wait in a share smaller than the whole
+// limit: the fleet may have the room now. ReserveHeld then makes it in the
+// share the node holds, after the caller asked the fleet. ErrFaulted is a
+// key Redis refuses: decide it under the fallback.
 func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64, maxWait time.Duration) (limit.Reservation, error) {
+	return e.reserve(now, key, lim, n, maxWait, false)
+}
+
+// ReserveHeld is ReserveN in Asks mode for a reservation the fleet was
+// asked about: it is made in the share the node holds, waiting as that
+// share refills, and ErrShort only when the node holds no share that could
+// ever make it. Outside Asks mode it is ReserveN.
+func (e *Engine) ReserveHeld(now int64, key string, lim limit.Limit, n int64, maxWait time.Duration) (limit.Reservation, error) {
+	return e.reserve(now, key, lim, n, maxWait, true)
+}
+
+func (e *Engine) reserve(now int64, key string, lim limit.Limit, n int64, maxWait time.Duration, held bool) (limit.Reservation, error) {
 	if !lim.Algorithm.IsBucket() {
 		return limit.Reservation{}, fmt.Errorf("%w, not %v", ErrNotBucket, lim.Algorithm)
 	}
@@ -53,20 +74,51 @@ func (e *Engine) ReserveN(now int64, key string, lim limit.Limit, n int64, maxWa
 	now = sh.clamp(now)
 	degraded := e.degraded.Load()
 	if degraded {
+		en.clear(flagEmpty)
 		en.setShare(e.degradedShare())
 	} else if !en.has(flagContested) {
 		en.setShare(Share(e.newKey.Load())) // the default share follows the fleet's size
 	}
-	var r limit.Reservation
-	if lim.Algorithm == limit.TokenBucket {
-		r = tokenReserve(&en.st, now, en.pol, n, en.share, int64(max(maxWait, 0)))
-	} else {
-		r = leakyQueue(&en.st, now, en.pol, n, en.share, int64(max(maxWait, 0)))
+	p := en.pol
+	asks := e.asks && !degraded && n > 0
+	if asks {
+		if en.has(flagFault) {
+			return limit.Reservation{}, ErrFaulted
+		}
+		if e.unheld(en, p, now) || heavy(p, n, en.share) {
+			return limit.Reservation{}, ErrShort
+		}
+		if !held && en.share < ShareOne {
+			trial := en.st
+			if r := bucketReserve(&trial, now, p, n, en.share, int64(max(maxWait, 0))); !r.Allowed || r.Delay > 0 {
+				return limit.Reservation{}, ErrShort
+			}
+		}
+	}
+	full := en.st[0] <= now
+	r := bucketReserve(&en.st, now, p, n, en.share, int64(max(maxWait, 0)))
+	if e.asks && p.lim.Algorithm == limit.TokenBucket {
+		if r.Allowed && n > 0 {
+			shadowAdmit(en, p, n, now, full)
+		} else if full {
+			en.ex, en.exSince = now, now
+		}
 	}
 	if e.track && n > 0 {
 		sh.record(key, en, n, r.Allowed, degraded, now)
+		if asks && r.Allowed {
+			sh.pressIfLow(key, en, p, r.Remaining)
+		}
 	}
 	return r, nil
+}
+
+// bucketReserve reserves on either bucket.
+func bucketReserve(st *[3]int64, now int64, p *policy, n int64, s Share, maxWait int64) limit.Reservation {
+	if p.lim.Algorithm == limit.TokenBucket {
+		return tokenReserve(st, now, p, n, s, maxWait)
+	}
+	return leakyQueue(st, now, p, n, s, maxWait)
 }
 
 // CancelN gives back a reservation of weight n for key under lim that was
