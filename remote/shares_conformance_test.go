@@ -45,6 +45,27 @@ func TestShareScriptsConform(t *testing.T) {
 	t.Logf("%d ops agreed", ops)
 }
 
+// TestShareScriptsReadAnEarlierReleasesContests is the same with every
+// contest written back, after each op, as a node of the previous release
+// writes it (its header without the sums that let an op read only its own
+// record): a rolling upgrade, where both releases share the hashes. Every
+// answer must still be the model's.
+func TestShareScriptsReadAnEarlierReleasesContests(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ops := 0
+	for seed := int64(1); seed <= 4; seed++ {
+		require.NoError(t, c.FlushAll(context.Background()).Err())
+		sc := sharesim.Generate(seed)
+		st := &dualStore{t: t, seed: seed, c: c, model: storemodel.New(share.Duration(sc.ActiveWindow)),
+			nodes: map[string]*remote.Store{}, active: sc.ActiveWindow, downgrade: true}
+		sharesim.RunOn(sc, st)
+		ops += st.ops
+	}
+	require.Positive(t, ops, "the scenarios sent no op")
+	t.Logf("%d ops agreed on contests written as the previous release writes them", ops)
+}
+
 // dualStore applies every call to the model and to Redis and compares.
 type dualStore struct {
 	t          *testing.T
@@ -54,7 +75,13 @@ type dualStore struct {
 	nodes      map[string]*remote.Store
 	active     time.Duration
 	ops, beats int
+	// downgrade writes each contest's header back as the previous release
+	// wrote it (17 values, no sums) after every op.
+	downgrade bool
 }
+
+// oldHeader is the size of the previous release's contest header.
+const oldHeader = 17 * 8
 
 const clockKey = "conform:now"
 
@@ -88,6 +115,15 @@ func (d *dualStore) Ops(now int64, node string, set share.Settings, ops []share.
 		}
 	}
 	d.ops += len(ops)
+	if d.downgrade {
+		for _, op := range ops {
+			k := d.node(node).ShareKey(op.Key, op.Limit)
+			m, err := d.c.HGet(context.Background(), k, "m").Result()
+			if err == nil && len(m) > oldHeader {
+				require.NoError(d.t, d.c.HSet(context.Background(), k, "m", m[:oldHeader]).Err())
+			}
+		}
+	}
 }
 
 func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {
