@@ -39,6 +39,9 @@ func (s Source) String() string {
 type Answer struct {
 	Allowed bool
 	Source  Source
+	// Waited: the decision waited on something beyond the node's memory
+	// (Redis, the fleet), as far as the node can tell.
+	Waited bool
 }
 
 // Node decides one request for key on one node. It is called from many
@@ -82,6 +85,9 @@ type Result struct {
 	Shed, Late int64
 	// Sources counts the decided requests by the Source their node gave.
 	Sources [numSources]int64
+	// Waited counts the decided requests whose answer says it waited;
+	// FromMemory those answered from memory: Source Local, not waited.
+	Waited, FromMemory int64
 	// Latency is each answered request's latency from its scheduled send
 	// time to its answer: the wait for a worker counts, so a node that
 	// keeps its callers stuck shows here (no coordinated omission).
@@ -215,6 +221,7 @@ type worker struct {
 	cutoff time.Time
 
 	decided, admitted, errs int64
+	waited, memory          int64
 	sources                 [numSources]int64
 	latency, service        measure.Histogram
 	last                    time.Time
@@ -254,6 +261,11 @@ func (w *worker) run(ctx context.Context, node Node, q <-chan int32) {
 		if ans.Source < numSources {
 			w.sources[ans.Source]++
 		}
+		if ans.Waited {
+			w.waited++
+		} else if ans.Source == Local {
+			w.memory++
+		}
 		w.latency.Record(t1.Sub(w.zero.Add(r.At)))
 		w.service.Record(t1.Sub(t0))
 		if t1.After(w.last) {
@@ -266,6 +278,8 @@ func (w *worker) mergeInto(r *Result) {
 	r.Decided += w.decided
 	r.Admitted += w.admitted
 	r.Errors += w.errs
+	r.Waited += w.waited
+	r.FromMemory += w.memory
 	for i, n := range w.sources {
 		r.Sources[i] += n
 	}

@@ -31,7 +31,9 @@ func TestDriveSendsEachRequestToItsNode(t *testing.T) {
 			case key == "user:3":
 				return Answer{}, errors.New("boom")
 			case len(key)%2 == 0: // user:1 to user:9 refused
-				return Answer{Allowed: false, Source: Remote}, nil
+				return Answer{Allowed: false, Source: Remote, Waited: true}, nil
+			case key == "user:10":
+				return Answer{Allowed: true, Source: Local, Waited: true}, nil
 			}
 			return Answer{Allowed: true, Source: Local}, nil
 		}
@@ -50,10 +52,13 @@ func TestDriveSendsEachRequestToItsNode(t *testing.T) {
 			}
 		}
 	}
-	var admitted, errs, refused int64
+	var admitted, errs, refused, waitedLocal int64
 	for i, r := range s.Requests[s.Measured:] {
 		o := res.Outcomes[s.Measured+i]
 		name := s.Names[r.Key]
+		if name == "user:10" {
+			waitedLocal++
+		}
 		switch {
 		case name == "user:3":
 			errs++
@@ -77,6 +82,9 @@ func TestDriveSendsEachRequestToItsNode(t *testing.T) {
 	}
 	if res.Admitted != admitted || res.Errors != errs || res.Sources[Remote] != refused || res.Sources[Local] != admitted || res.Sources[Unknown] != errs {
 		t.Errorf("admitted %d errors %d sources %v; want %d, %d, remote %d", res.Admitted, res.Errors, res.Sources, admitted, errs, refused)
+	}
+	if res.Waited != refused+waitedLocal || res.FromMemory != admitted-waitedLocal {
+		t.Errorf("waited %d, from memory %d; want %d, %d", res.Waited, res.FromMemory, refused+waitedLocal, admitted-waitedLocal)
 	}
 	if res.FirstError == nil || res.Latency.Count() != uint64(res.Decided) || res.Service.Count() != uint64(res.Decided) {
 		t.Errorf("first error %v, %d latencies, %d service times, %d decided", res.FirstError, res.Latency.Count(), res.Service.Count(), res.Decided)
