@@ -17,12 +17,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -234,21 +236,37 @@ func logf(format string, args ...any) {
 
 type environment struct {
 	Redis, Machine, Go string
+	Date, Commit       string
 	Took               time.Duration
 	LoadStart, LoadEnd string // /proc/loadavg: other work on the machine
 }
 
-// loadAvg is the 1-minute load average, or "?".
+// loadAvg is the load average over 1, 5 and 15 minutes, as uptime prints
+// it, or "?".
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
 	}
 	f := strings.Fields(string(b))
-	if len(f) == 0 {
+	if len(f) < 3 {
 		return "?"
 	}
-	return f[0]
+	return strings.Join(f[:3], ", ")
+}
+
+// commit is the checkout's commit (git rev-parse), marked "+ changes" when
+// tracked files differ from it, or "unknown".
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += " + changes"
+	}
+	return c
 }
 
 func envInfo(ctx context.Context, admin *redis.Client) environment {
@@ -256,6 +274,8 @@ func envInfo(ctx context.Context, admin *redis.Client) environment {
 		Redis:     redisVersion(ctx, admin),
 		Machine:   fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
 		Go:        runtime.Version(),
+		Date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		Commit:    commit(),
 		LoadStart: loadAvg(),
 	}
 }
