@@ -49,14 +49,21 @@ func (r *report) write(w io.Writer) error {
 		strings.TrimSpace("go run ./cmd/compare "+strings.Join(os.Args[1:], " ")), r.env.Date, r.env.Commit, r.env.Took, r.env.Machine, r.env.Go, r.env.Redis, r.env.LoadStart, r.env.LoadEnd)
 	if o.keysOnly {
 		writeKeys(&b, o, r.many)
-		fmt.Fprintf(&b, "## Configurations\n\nEvery Redis client: `redis.NewClient(&redis.Options{Addr: ...})`, go-redis's defaults.\n\n")
+		fmt.Fprintf(&b, "## Configurations\n\nEvery Redis client: `redis.NewClient(&redis.Options{Addr: ...})`, go-redis's defaults. The limits below are W1's; each workload's title gives its own.\n\n")
 		fmt.Fprintf(&b, "| contender | module | algorithm | configured as | differences that could not be removed |\n|---|---|---|---|---|\n")
-		for _, x := range r.many {
-			conf := x.c.Config(o.many.policy)
-			if strings.HasPrefix(x.c.Name, "hybridlimit") {
-				conf += fmt.Sprintf("; RedisTimeout %v in this workload", o.many.timeout)
+		seen := map[string]bool{}
+		for _, kr := range r.many {
+			for _, x := range kr.runs {
+				if seen[x.c.Name] {
+					continue
+				}
+				seen[x.c.Name] = true
+				conf := x.c.Config(o.many.policy) // W1's limit: the other workloads' are in their titles
+				if strings.HasPrefix(x.c.Name, "hybridlimit") {
+					conf += fmt.Sprintf("; RedisTimeout %v in these workloads", o.many.timeout)
+				}
+				fmt.Fprintf(&b, "| %s | `%s` | %s | `%s` | %s |\n", x.c.Name, x.c.Module, x.c.Algorithm, conf, x.c.Note)
 			}
-			fmt.Fprintf(&b, "| %s | `%s` | %s | `%s` | %s |\n", x.c.Name, x.c.Module, x.c.Algorithm, conf, x.c.Note)
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
@@ -203,8 +210,10 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.2f µs", float64(d)/1e3)
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	default:
+	case d < time.Second:
 		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
 }
 
