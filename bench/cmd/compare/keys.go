@@ -187,6 +187,10 @@ type keysResult struct {
 	w      keysWorkload
 	stream *keyload.Stream
 	runs   []*keysRun
+	// empty is what Redis did with no client for a second, flushed (the
+	// idle workload): its own timers' cost, the floor under an idle fleet.
+	empty    workload.RedisCost
+	emptyFor time.Duration
 }
 
 // measureKeys runs every workload o asks for, each contender in turn on a
@@ -207,6 +211,11 @@ func measureKeys(ctx context.Context, o options, admin *redis.Client, addr strin
 		logf("%s: %d requests laid out in %v (%d drawn before, for the first-request figures)", w.id, len(s.Requests), time.Since(began).Round(time.Millisecond),
 			int64(float64(m.history.Seconds())*w.spec.Rate))
 		kr := &keysResult{w: w, stream: s}
+		if w.idle {
+			if kr.empty, kr.emptyFor, err = measureEmpty(ctx, admin); err != nil {
+				return nil, err
+			}
+		}
 		for ci, c := range keysContenders(o, w, cs) {
 			if err := admin.FlushAll(ctx).Err(); err != nil { // the private server only
 				return nil, err
@@ -334,6 +343,27 @@ func measureIdle(ctx context.Context, admin *redis.Client, rest time.Duration) (
 		marks[i], at[i] = c, time.Now()
 	}
 	return &idleCost{first: marks[1].Sub(marks[0]), rest: marks[2].Sub(marks[1]), firstFor: at[1].Sub(at[0]), restFor: at[2].Sub(at[1])}, nil
+}
+
+// measureEmpty is what the flushed Redis does for a second with no client
+// but the harness.
+func measureEmpty(ctx context.Context, admin *redis.Client) (workload.RedisCost, time.Duration, error) {
+	if err := admin.FlushAll(ctx).Err(); err != nil { // the private server only
+		return workload.RedisCost{}, 0, err
+	}
+	before, err := workload.ReadRedis(ctx, admin)
+	if err != nil {
+		return workload.RedisCost{}, 0, err
+	}
+	began := time.Now()
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return workload.RedisCost{}, 0, err
+	}
+	after, err := workload.ReadRedis(ctx, admin)
+	if err != nil {
+		return workload.RedisCost{}, 0, err
+	}
+	return after.Sub(before), time.Since(began), nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

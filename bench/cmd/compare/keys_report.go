@@ -166,8 +166,10 @@ func writeKeysWorkload(b *strings.Builder, kr *keysResult) {
 func writeIdle(b *strings.Builder, kr *keysResult) {
 	fmt.Fprintf(b, "### %s\n\n", kr.w.title)
 	fmt.Fprintf(b, "What it asks: %s. The traffic's %s requests over %s keys leave the nodes holding keys; then nothing is sent. "+
-		"\"At rest\" is from 1 s after the last answer to the end; the first second (shares given back, leases lapsing) is apart.\n\n",
-		kr.w.about, fmtCount(int64(kr.stream.Offered())), fmtCount(int64(keysAsked(kr.stream))))
+		"\"At rest\" is from 1 s after the last answer to the end; the first second (shares given back, leases lapsing) is apart. "+
+		"The same Redis, flushed, with no client but the harness: %s commands and %.2f ms of CPU a second (its own timers).\n\n",
+		kr.w.about, fmtCount(int64(kr.stream.Offered())), fmtCount(int64(keysAsked(kr.stream))),
+		fmtCount(int64(float64(kr.empty.Calls)/max(kr.emptyFor.Seconds(), 1e-9))), float64(kr.empty.CPU)/1e6/max(kr.emptyFor.Seconds(), 1e-9))
 	fmt.Fprintf(b, "| |")
 	for _, r := range kr.runs {
 		fmt.Fprintf(b, " %s |", r.c.Name)

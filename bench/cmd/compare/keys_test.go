@@ -324,6 +324,9 @@ func TestKeysTinyScale(t *testing.T) {
 				t.Errorf("%s: decided %d of %d (stream %d)", name, r.res.Decided, r.res.Offered, kr.stream.Offered())
 			}
 			if kr.w.idle {
+				if kr.emptyFor < time.Second || kr.empty.Calls != 0 {
+					t.Errorf("the empty Redis: %d commands over %v", kr.empty.Calls, kr.emptyFor)
+				}
 				if r.idle == nil || r.idle.restFor < 100*time.Millisecond {
 					t.Errorf("%s: rest not measured: %+v", name, r.idle)
 				}
