@@ -23,18 +23,6 @@ const (
 	numSources
 )
 
-func (s Source) String() string {
-	switch s {
-	case Local:
-		return "local"
-	case Remote:
-		return "remote"
-	case Degraded:
-		return "degraded"
-	}
-	return "unknown"
-}
-
 // Answer is one node's decision.
 type Answer struct {
 	Allowed bool

@@ -105,18 +105,7 @@ func writeKeysWorkload(b *strings.Builder, kr *keysResult) {
 		"First requests within 10 s / 60 s: %s in this run, %s in steady state.\n\n",
 		kr.w.about, fmtCount(int64(s.Offered())), s.Duration, fmtRate(float64(s.Offered())/s.Duration.Seconds()), fmtCount(int64(keysAsked(s))),
 		fmtPair(s.Firsts, s.Firsts.InRun), fmtPair(s.Firsts, s.Firsts.Steady))
-	row := func(name string, f func(*keysRun) string) {
-		fmt.Fprintf(b, "| %s |", name)
-		for _, r := range kr.runs {
-			fmt.Fprintf(b, " %s |", f(r))
-		}
-		fmt.Fprintf(b, "\n")
-	}
-	fmt.Fprintf(b, "| |")
-	for _, r := range kr.runs {
-		fmt.Fprintf(b, " %s |", r.c.Name)
-	}
-	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(kr.runs)))
+	row := runTable(b, kr.runs)
 	row("**Redis CPU / decision**", fmtCPUPerDecision)
 	row("Redis commands / decision (scripts)", func(r *keysRun) string {
 		return fmt.Sprintf("%.3f (%.3f)", r.cmdsPerDecision(), float64(r.redis.Scripts)/float64(max(r.res.Decided, 1)))
@@ -158,7 +147,7 @@ func writeKeysWorkload(b *strings.Builder, kr *keysResult) {
 	row("over / under the exact limiter (keys)", func(r *keysRun) string {
 		return fmt.Sprintf("+%s (%s) / −%s (%s)", fmtCount(r.acc.Over), fmtCount(int64(r.acc.OverKeys)), fmtCount(r.acc.Under), fmtCount(int64(r.acc.UnderKeys)))
 	})
-	row("closing: Redis CPU", func(r *keysRun) string { return r.close.CPU.Round(time.Millisecond).String() })
+	row("closing: Redis CPU", closingCPU)
 	fmt.Fprintf(b, "\n")
 }
 
@@ -170,18 +159,7 @@ func writeIdle(b *strings.Builder, kr *keysResult) {
 		"The same Redis, flushed, with no client but the harness: %s commands and %.2f ms of CPU a second (its own timers).\n\n",
 		kr.w.about, fmtCount(int64(kr.stream.Offered())), fmtCount(int64(keysAsked(kr.stream))),
 		fmtCount(int64(float64(kr.empty.Calls)/max(kr.emptyFor.Seconds(), 1e-9))), float64(kr.empty.CPU)/1e6/max(kr.emptyFor.Seconds(), 1e-9))
-	fmt.Fprintf(b, "| |")
-	for _, r := range kr.runs {
-		fmt.Fprintf(b, " %s |", r.c.Name)
-	}
-	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(kr.runs)))
-	row := func(name string, f func(*keysRun) string) {
-		fmt.Fprintf(b, "| %s |", name)
-		for _, r := range kr.runs {
-			fmt.Fprintf(b, " %s |", f(r))
-		}
-		fmt.Fprintf(b, "\n")
-	}
+	row := runTable(b, kr.runs)
 	row("**Redis commands / s a node, at rest**", func(r *keysRun) string { return fmt.Sprintf("**%.1f**", r.idle.restCmdsPerNode(r.nodes)) })
 	row("Redis CPU at rest, ms / s", func(r *keysRun) string { return fmt.Sprintf("%.2f", r.idle.restCPUPerSec()) })
 	row("at rest, by command (a second a node)", func(r *keysRun) string { return fmtByCommand(r.idle.rest, r.idle.restFor, r.nodes) })
@@ -191,7 +169,7 @@ func writeIdle(b *strings.Builder, kr *keysResult) {
 	row("the traffic: decided / offered", func(r *keysRun) string {
 		return fmt.Sprintf("%s / %s", fmtCount(r.res.Decided), fmtCount(r.res.Offered))
 	})
-	row("closing: Redis CPU", func(r *keysRun) string { return r.close.CPU.Round(time.Millisecond).String() })
+	row("closing: Redis CPU", closingCPU)
 	fmt.Fprintf(b, "\n")
 }
 
@@ -221,6 +199,25 @@ func fmtByCommand(c workload.RedisCost, over time.Duration, nodes int) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// runTable writes the header of a table with a column a run, and returns
+// the function that writes a row: its name, then f of each run.
+func runTable(b *strings.Builder, runs []*keysRun) func(name string, f func(*keysRun) string) {
+	fmt.Fprintf(b, "| |")
+	for _, r := range runs {
+		fmt.Fprintf(b, " %s |", r.c.Name)
+	}
+	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(runs)))
+	return func(name string, f func(*keysRun) string) {
+		fmt.Fprintf(b, "| %s |", name)
+		for _, r := range runs {
+			fmt.Fprintf(b, " %s |", f(r))
+		}
+		fmt.Fprintf(b, "\n")
+	}
+}
+
+func closingCPU(r *keysRun) string { return r.close.CPU.Round(time.Millisecond).String() }
 
 // keysAsked is how many keys the measured part asks for.
 func keysAsked(s *keyload.Stream) int {
