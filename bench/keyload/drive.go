@@ -50,8 +50,9 @@ type Config struct {
 	Workers int
 	// Queue is how many requests may wait for a worker at each node. A
 	// request that finds its node's queue full is not sent (Result.Shed),
-	// and counts as unanswered. Zero means two seconds of the whole fleet's
-	// rate (at least 1,024): a node has to be stuck for seconds to shed.
+	// and counts as unanswered. Zero means two seconds of a node's even
+	// share of the rate (at least 1,024): a node has to keep its callers
+	// waiting for about two seconds to shed.
 	Queue int
 	// Drain is how long after the last scheduled request Drive waits for
 	// answers; a request still queued then is not sent (Result.Late). Zero
@@ -83,7 +84,11 @@ type Result struct {
 	// Service is each answered request's call alone, from the moment a
 	// worker called the node.
 	Service measure.Histogram
-	// Elapsed runs from the measured part's start to its last answer.
+	// Answered counts the answers given from the measured part's start on,
+	// to requests of the warm-up too: the decisions the work of a node (and
+	// of Redis) over that stretch paid for, whichever requests they were.
+	// Elapsed runs from the measured part's start to the last answer.
+	Answered   int64
 	Elapsed    time.Duration
 	FirstError error
 	// Outcomes holds what became of each request of the stream, warm-up
@@ -123,7 +128,7 @@ func Drive(ctx context.Context, nodes []Node, s *Stream, cfg Config) (*Result, e
 		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Queue == 0 {
-		cfg.Queue = max(1024, int(2*s.Spec.Rate))
+		cfg.Queue = max(1024, int(2*s.Spec.Rate/float64(s.Spec.Nodes)))
 	}
 	if cfg.Drain == 0 {
 		cfg.Drain = DefaultDrain
@@ -210,6 +215,7 @@ type worker struct {
 
 	decided, admitted, errs int64
 	waited, memory          int64
+	answered                int64
 	sources                 [numSources]int64
 	latency, service        measure.Histogram
 	last                    time.Time
@@ -233,6 +239,12 @@ func (w *worker) run(ctx context.Context, node Node, q <-chan int32) {
 			o = Admitted
 		}
 		w.res.Outcomes[i] = o
+		if !t1.Before(w.zero) {
+			w.answered++
+			if t1.After(w.last) {
+				w.last = t1
+			}
+		}
 		if r.At < 0 {
 			continue
 		}
@@ -256,9 +268,6 @@ func (w *worker) run(ctx context.Context, node Node, q <-chan int32) {
 		}
 		w.latency.Record(t1.Sub(w.zero.Add(r.At)))
 		w.service.Record(t1.Sub(t0))
-		if t1.After(w.last) {
-			w.last = t1
-		}
 	}
 }
 
@@ -266,6 +275,7 @@ func (w *worker) mergeInto(r *Result) {
 	r.Decided += w.decided
 	r.Admitted += w.admitted
 	r.Errors += w.errs
+	r.Answered += w.answered
 	r.Waited += w.waited
 	r.FromMemory += w.memory
 	for i, n := range w.sources {

@@ -89,6 +89,9 @@ func TestDriveSendsEachRequestToItsNode(t *testing.T) {
 	if res.FirstError == nil || res.Latency.Count() != uint64(res.Decided) || res.Service.Count() != uint64(res.Decided) {
 		t.Errorf("first error %v, %d latencies, %d service times, %d decided", res.FirstError, res.Latency.Count(), res.Service.Count(), res.Decided)
 	}
+	if res.Answered < res.Decided || res.Answered > res.Decided+int64(s.Measured) { // and warm-up requests answered after 0
+		t.Errorf("%d answers from the measured part's start, %d decided in it", res.Answered, res.Decided)
+	}
 	if res.Elapsed < 290*time.Millisecond {
 		t.Errorf("the measured part's last answer came %v after its start: before its last request was due", res.Elapsed)
 	}
@@ -117,8 +120,8 @@ func TestDriveMeasuresFromTheSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Decided != res.Offered {
-		t.Fatalf("decided %d of %d: the drain should answer every one", res.Decided, res.Offered)
+	if res.Decided != res.Offered || res.Answered != res.Decided {
+		t.Fatalf("decided %d of %d, %d answers: the drain should answer every one", res.Decided, res.Offered, res.Answered)
 	}
 	// 60 requests served one after the other, 20 ms or more each: the
 	// last is answered at least 60 × 20 ms after the first was due (at 0),
@@ -183,5 +186,27 @@ func TestDriveStopsWithItsContext(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("returned after %v", time.Since(start))
+	}
+}
+
+// A node that cannot keep up carries the warm-up's backlog into the
+// measured part: its answers from then on are warm-up requests first, so
+// what the stretch's work paid for is counted by answer (Answered), not by
+// request (Decided).
+func TestDriveCountsAnswersAfterTheStart(t *testing.T) {
+	s := mustGenerate(t, Spec{Nodes: 1, Keys: 10, Rate: 200, Seed: 1}, 0, 200*time.Millisecond, 100*time.Millisecond)
+	slow := func(ctx context.Context, _ string) (Answer, error) {
+		time.Sleep(10 * time.Millisecond) // 100 a second: half the rate
+		return Answer{Allowed: true}, nil
+	}
+	res, err := Drive(context.Background(), []Node{slow}, s, Config{Workers: 1, Drain: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 40 warm-up requests take 400 ms or more: at 0, about 20 are still
+	// queued, and the 300 ms that follow answer about 30 requests, nearly
+	// all of the warm-up.
+	if res.Answered <= res.Decided || res.Answered < 10 {
+		t.Errorf("%d answers after the start, %d of them to the measured part's %d requests", res.Answered, res.Decided, res.Offered)
 	}
 }

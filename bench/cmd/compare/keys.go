@@ -374,15 +374,17 @@ func asks(ls []contender.Limiter) uint64 {
 	return n
 }
 
-// cpuPerDecision is Redis CPU over the decisions.
+// cpuPerDecision is Redis CPU over the decisions made while it was spent
+// (Result.Answered: a backlog of warm-up requests answered in the
+// measured stretch is what that stretch's work paid for).
 func (r *keysRun) cpuPerDecision() time.Duration {
-	return time.Duration(float64(r.redis.CPU) / float64(max(r.res.Decided, 1)))
+	return time.Duration(float64(r.redis.CPU) / float64(max(r.res.Answered, 1)))
 }
 
 // cmdsPerDecision is Redis commands (those Lua scripts run included) over
-// the decisions.
+// the decisions made meanwhile.
 func (r *keysRun) cmdsPerDecision() float64 {
-	return float64(r.redis.Calls) / float64(max(r.res.Decided, 1))
+	return float64(r.redis.Calls) / float64(max(r.res.Answered, 1))
 }
 
 // fromMemory is the share of the decisions answered from memory: Source

@@ -25,7 +25,8 @@ func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
 		"(the idle fleet: its traffic, then its rest). Our contenders run with `RedisTimeout` %v, so that a loaded machine does not send decisions to the fallback; our Async with `SyncInterval` %v.\n\n",
 		keyload.DefaultTick, m.workers, m.warmup, m.duration, m.timeout, m.interval)
 	fmt.Fprintf(b, "- **Redis CPU** is `used_cpu_user + used_cpu_sys` of `INFO cpu`, and **commands** the calls of `INFO commandstats` (the commands Lua scripts run included, the harness's INFO left out), "+
-		"from the measured part's start to its last answer, over the decisions made in it.\n")
+		"from the measured part's start to its last answer, over the decisions made in that stretch (warm-up requests still queued at its start included: "+
+		"a fleet that cannot keep up answers its backlog first, and the figure is what the answers given cost). **Decisions / s** are those answers over the stretch.\n")
 	fmt.Fprintf(b, "- **Latency** runs from each request's scheduled send time to its answer: the wait for a worker counts, so a limiter that keeps its callers waiting shows here (no coordinated omission); "+
 		"a request never answered (its node's queue full, or still queued %v after the last was due) counts as slower than any, and a percentile that falls among those reads \"unanswered\". "+
 		"**The call alone** is the limiter's own time, from the worker's call to its return.\n", m.drain)
@@ -108,7 +109,7 @@ func writeKeysWorkload(b *strings.Builder, kr *keysResult) {
 	row := runTable(b, kr.runs)
 	row("**Redis CPU / decision**", fmtCPUPerDecision)
 	row("Redis commands / decision (scripts)", func(r *keysRun) string {
-		return fmt.Sprintf("%.3f (%.3f)", r.cmdsPerDecision(), float64(r.redis.Scripts)/float64(max(r.res.Decided, 1)))
+		return fmt.Sprintf("%.3f (%.3f)", r.cmdsPerDecision(), float64(r.redis.Scripts)/float64(max(r.res.Answered, 1)))
 	})
 	row("Redis commands / s; CPU, % of a core", func(r *keysRun) string {
 		secs := max(r.window.Seconds(), 1e-9)
@@ -122,7 +123,7 @@ func writeKeysWorkload(b *strings.Builder, kr *keysResult) {
 		return out
 	})
 	row("decisions / s", func(r *keysRun) string {
-		return fmtRate(float64(r.res.Decided) / max(r.res.Elapsed.Seconds(), 1e-9))
+		return fmtRate(float64(r.res.Answered) / max(r.res.Elapsed.Seconds(), 1e-9))
 	})
 	row("**latency** p50 / p99 / p999", func(r *keysRun) string {
 		return fmt.Sprintf("%s / %s / %s", fmtQuantile(r.res, 0.5), fmtQuantile(r.res, 0.99), fmtQuantile(r.res, 0.999))

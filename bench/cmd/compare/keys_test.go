@@ -204,7 +204,7 @@ func TestFromMemory(t *testing.T) {
 // fakeKeysRun is a run whose figures are round: 10,000 decisions of 10,000
 // offered, Redis 0.1 s of CPU and 20,000 commands over 10 s.
 func fakeKeysRun(c contender.Contender, ours bool, remote int64, asks uint64) *keysRun {
-	res := &keyload.Result{Offered: 10_000, Decided: 10_000, Admitted: 4_000, Elapsed: 10 * time.Second}
+	res := &keyload.Result{Offered: 10_000, Decided: 10_000, Answered: 10_000, Admitted: 4_000, Elapsed: 10 * time.Second}
 	res.Sources[keyload.Local] = 10_000 - remote
 	res.Sources[keyload.Remote] = remote
 	res.Waited = remote + int64(asks)/2 // half the asks were re-asks
