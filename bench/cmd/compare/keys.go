@@ -343,6 +343,31 @@ func measureIdle(ctx context.Context, admin *redis.Client, rest time.Duration) (
 	return &idleCost{first: marks[1].Sub(marks[0]), rest: marks[2].Sub(marks[1]), firstFor: at[1].Sub(at[0]), restFor: at[2].Sub(at[1])}, nil
 }
 
+// floorFor is how long measureFloor sends.
+const floorFor = 3 * time.Second
+
+// measureFloor sends W1's traffic for floorFor to nodes that answer at
+// once: the latency the driver and the machine add to every decision.
+func measureFloor(ctx context.Context, o options) (*keyload.Result, error) {
+	w := keysWorkloads(options{nodes: o.nodes, many: o.many})[0] // W1
+	s, err := keyload.Generate(w.spec, 0, 500*time.Millisecond, floorFor)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]keyload.Node, w.spec.Nodes)
+	for i := range nodes {
+		nodes[i] = func(context.Context, string) (keyload.Answer, error) {
+			return keyload.Answer{Allowed: true, Source: keyload.Local}, nil
+		}
+	}
+	res, err := keyload.Drive(ctx, nodes, s, keyload.Config{Workers: o.many.workers, Drain: o.many.drain})
+	if err != nil {
+		return nil, err
+	}
+	logf("the harness alone (nodes that answer at once): latency p50 %s p99 %s p999 %s", fmtQuantile(res, 0.5), fmtQuantile(res, 0.99), fmtQuantile(res, 0.999))
+	return res, nil
+}
+
 // measureEmpty is what the flushed Redis does for a second with no client
 // but the harness.
 func measureEmpty(ctx context.Context, admin *redis.Client) (workload.RedisCost, time.Duration, error) {

@@ -16,7 +16,7 @@ import (
 // summary with Async and Sync side by side for every workload, then each
 // workload's table; in bench-compare W1's table, every Redis-backed
 // contender in it.
-func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
+func writeKeys(b *strings.Builder, o options, rs []*keysResult, floor *keyload.Result) {
 	m := o.many
 	fmt.Fprintf(b, "## Many keys: Redis's work and the callers' wait per decision\n\n")
 	fmt.Fprintf(b, "Each workload's requests are laid out before the run (which key, which node, when, in batches every %v) and sent at their instants whatever the nodes answer (open loop): "+
@@ -30,6 +30,11 @@ func writeKeys(b *strings.Builder, o options, rs []*keysResult) {
 	fmt.Fprintf(b, "- **Latency** runs from each request's scheduled send time to its answer: the wait for a worker counts, so a limiter that keeps its callers waiting shows here (no coordinated omission); "+
 		"a request never answered (its node's queue full, or still queued %v after the last was due) counts as slower than any, and a percentile that falls among those reads \"unanswered\". "+
 		"**The call alone** is the limiter's own time, from the worker's call to its return.\n", m.drain)
+	if floor != nil {
+		fmt.Fprintf(b, "- **The harness's floor**: W1's traffic sent for %v to nodes that answer at once, in this run: latency p50 / p99 / p999 %s / %s / %s. "+
+			"That much of every latency below is the machine waking a goroutine for each request, not the limiter.\n",
+			floorFor, fmtQuantile(floor, 0.5), fmtQuantile(floor, 0.99), fmtQuantile(floor, 0.999))
+	}
 	fmt.Fprintf(b, "- **From memory**: decisions whose Source is Local and that waited on nothing: each decision is made under a context that notes whether the decision watched it for cancellation, "+
 		"as every decision that waits (on Redis, on the fleet's answer to an ask) must and none made from memory does. "+
 		"**Waited** counts those that did, or whose Source is Remote (every Sync decision); **asks** is Async's `Stats().Reconcile.Shares.Asks` over the decisions, which counts a request again each time it asks again.\n")

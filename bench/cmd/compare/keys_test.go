@@ -248,7 +248,9 @@ func TestKeysReport(t *testing.T) {
 	rs[1].runs[1].res.Offered = 20_000 // pinned, Sync: half unanswered
 	rs[1].runs[1].res.Shed = 10_000
 	var b strings.Builder
-	rep := report{opts: o, many: rs}
+	floor := &keyload.Result{Offered: 100, Decided: 100}
+	floor.Latency.Record(5 * time.Microsecond)
+	rep := report{opts: o, many: rs, floor: floor}
 	if err := rep.write(&b); err != nil {
 		t.Fatal(err)
 	}
@@ -270,6 +272,7 @@ func TestKeysReport(t *testing.T) {
 		"| the first second: commands / s a node; CPU, ms | 200.0; 40.0 |",
 		"| at rest, by command (a second a node) | evalsha 100.0, hget 100.0 |",
 		"at commit",
+		"latency p50 / p99 / p999 5.00 µs / 5.00 µs / 5.00 µs",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
@@ -313,6 +316,13 @@ func TestKeysTinyScale(t *testing.T) {
 	}
 	if len(rs) != 3 {
 		t.Fatalf("%d workloads, want 3", len(rs))
+	}
+	floor, err := measureFloor(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if floor.Decided != floor.Offered || floor.Offered != int64(o.many.rate*floorFor.Seconds()) {
+		t.Errorf("the harness's floor: decided %d of %d, want W1's rate for %v", floor.Decided, floor.Offered, floorFor)
 	}
 	for _, kr := range rs {
 		if len(kr.runs) != 2 || kr.async() == nil || kr.sync() == nil {

@@ -207,6 +207,7 @@ func run(o options) (err error) {
 	var results []*result
 	var clock *measure.ParallelResult
 	var many []*keysResult
+	var floor *keyload.Result
 	if !o.shapes.only {
 		if len(cs) == 0 {
 			return errors.New("no contender matches -only")
@@ -218,6 +219,9 @@ func run(o options) (err error) {
 			}
 		}
 		if o.many.keys > 0 {
+			if floor, err = measureFloor(ctx, o); err != nil {
+				return err
+			}
 			if many, err = measureKeys(ctx, o, admin, srv.Addr(), cs); err != nil {
 				return err
 			}
@@ -235,7 +239,7 @@ func run(o options) (err error) {
 	env.Took = time.Since(began).Round(time.Second)
 	env.LoadEnd = loadAvg()
 
-	rep := report{opts: o, env: env, clock: clock, results: results, many: many, shapes: shaped}
+	rep := report{opts: o, env: env, clock: clock, results: results, many: many, floor: floor, shapes: shaped}
 	var w io.Writer = os.Stdout
 	if o.out != "" {
 		f, err := os.Create(o.out)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/bench/keyload"
 	"github.com/hybridlimit/hybridlimit/bench/measure"
 )
 
@@ -16,6 +17,7 @@ type report struct {
 	clock   *measure.ParallelResult
 	results []*result
 	many    []*keysResult
+	floor   *keyload.Result // the many-keys driver with nodes that answer at once
 	shapes  []*shapeResult
 	plot    string
 }
@@ -48,7 +50,7 @@ func (r *report) write(w io.Writer) error {
 		"Load average (1, 5, 15 min) at start %s, at end %s: on a shared 2-core machine other work moves single figures by 10-50%%; compare within one run.\n\n",
 		strings.TrimSpace("go run ./cmd/compare "+strings.Join(os.Args[1:], " ")), r.env.Date, r.env.Commit, r.env.Took, r.env.Machine, r.env.Go, r.env.Redis, r.env.LoadStart, r.env.LoadEnd)
 	if o.keysOnly {
-		writeKeys(&b, o, r.many)
+		writeKeys(&b, o, r.many, r.floor)
 		fmt.Fprintf(&b, "## Configurations\n\nEvery Redis client: `redis.NewClient(&redis.Options{Addr: ...})`, go-redis's defaults. The limits below are W1's; each workload's title gives its own.\n\n")
 		fmt.Fprintf(&b, "| contender | module | algorithm | configured as | differences that could not be removed |\n|---|---|---|---|---|\n")
 		seen := map[string]bool{}
@@ -135,7 +137,7 @@ func (r *report) write(w io.Writer) error {
 	fmt.Fprintf(&b, "\n")
 
 	if len(r.many) > 0 {
-		writeKeys(&b, o, r.many)
+		writeKeys(&b, o, r.many, r.floor)
 	}
 	if len(r.shapes) > 0 {
 		writeShapes(&b, o, r.shapes)
