@@ -37,9 +37,13 @@ COMPARE_FLAGS ?=
 bench-compare: tools
 	cd bench && $(GO) run ./cmd/compare $(COMPARE_FLAGS)
 
-## bench-keys: only the many-keys workload of bench-compare (workload W1 by default: 100,000 keys at Zipf 1.1,
-## 20,000 decisions/s, 10/s burst 10 a key, 4 nodes), every Redis-backed contender side by side (~2 min);
-## writes bench/keys-results.md. COMPARE_FLAGS passes flags, as for bench-compare
+## bench-keys: the many-keys workloads, our Async and Sync side by side on the same open-loop request stream
+## (W1: 100,000 keys at Zipf 1.1, 20,000 decisions/s, 10/s burst 10 a key, 4 nodes; per-client keys pinned,
+## round-robin and at random: 500,000 keys at Zipf 1.2, 1/s burst 1, 6 nodes; a hot key; sticky bursts; an
+## idle fleet): Redis CPU and commands a decision, latency from the scheduled send time, the share answered
+## from memory, first requests, both sides against an exact limiter (~4 min); writes bench/keys-results.md.
+## COMPARE_FLAGS passes flags, as for bench-compare: COMPARE_FLAGS='-keys-workloads w1,idle -keys-peers'
+## (bench/README.md lists them)
 bench-keys: tools
 	cd bench && $(GO) run ./cmd/compare -keys-only -out keys-results.md $(COMPARE_FLAGS)
 

@@ -14,6 +14,7 @@ require (
 	github.com/sirupsen/logrus v1.9.2
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
+	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridlimit/hybridlimit/hybrid"
 )
 
 // Policy is the limit every contender enforces: Rate requests per second
@@ -40,6 +42,13 @@ type Limiter interface {
 // harness can report them instead of passing them off as remote ones.
 type Degrader interface {
 	Degraded() int64
+}
+
+// Hybrid is implemented by our instances (hybridlimit's modes): each
+// decision with where it came from, and the limiter's counters.
+type Hybrid interface {
+	Decide(ctx context.Context, key string) (hybrid.Decision, error)
+	Stats() hybrid.Stats
 }
 
 // Env is what an instance is built from.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 )
 
@@ -104,6 +106,48 @@ func TestNodesShareTheLimit(t *testing.T) {
 				}
 			default:
 				t.Fatalf("distributed contender with consistency %q", c.Consistency)
+			}
+		})
+	}
+}
+
+// Our instances give each decision's Source and their counters: Sync asks
+// Redis for every decision, LocalOnly never does, and Decide spends as
+// Allow does.
+func TestOurInstancesSayWhereADecisionCameFrom(t *testing.T) {
+	for i, c := range All() {
+		if !strings.HasPrefix(c.Name, "hybridlimit ") {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			l := newInstance(t, c, fmt.Sprintf("h%d:", i))
+			h, ok := l.(Hybrid)
+			if !ok {
+				t.Fatal("not a Hybrid")
+			}
+			var admitted int64
+			for range testPolicy.Burst + 3 {
+				d, err := h.Decide(context.Background(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+				want := hybrid.Local
+				if c.Consistency == "strong" {
+					want = hybrid.Remote
+				}
+				if d.Source != want && c.Consistency != "eventual" {
+					t.Fatalf("source %v, want %v", d.Source, want)
+				}
+			}
+			if admitted != testPolicy.Burst {
+				t.Errorf("admitted %d, want the burst %d", admitted, testPolicy.Burst)
+			}
+			mode := map[string]hybrid.Mode{"LocalOnly": hybrid.LocalOnly, "Sync": hybrid.Sync, "Sync,": hybrid.Sync, "Async": hybrid.Async}[strings.Fields(c.Name)[1]]
+			if got := h.Stats().Mode; got != mode {
+				t.Errorf("Stats().Mode %v, want %v", got, mode)
 			}
 		})
 	}

@@ -97,10 +97,9 @@ func Fleet(ctx context.Context, nodes []AllowFunc, run FleetRun) (*FleetResult, 
 					return
 				case <-tick.C:
 				}
-				at := time.Since(start)
-				if at >= run.Duration {
-					return
-				}
+				// A tick that comes after the end still sends what was
+				// owed up to it (the generator woke late: a loaded machine).
+				at := min(time.Since(start), run.Duration)
 				owed += perNode * (at - last).Seconds()
 				last = at
 				for ; owed >= 1; owed-- {
@@ -119,6 +118,9 @@ func Fleet(ctx context.Context, nodes []AllowFunc, run FleetRun) (*FleetResult, 
 						admitted++
 						buckets[b]++
 					}
+				}
+				if at >= run.Duration {
+					return
 				}
 			}
 		}()

@@ -52,3 +52,17 @@ func TestParallelRecordsEveryCall(t *testing.T) {
 		t.Fatalf("ops %d, calls %d, latencies %d, denied %d", r.Ops, calls.Load(), r.Latency.Count(), r.Denied)
 	}
 }
+
+// A generator that wakes after the run's end (a loaded machine: its first
+// tick came late) still offers what it owed up to the end, rather than
+// nothing: 200,000 a second over two nodes for 1 ms, the first tick at 2 ms.
+func TestFleetOffersWhatWasOwedWhenItsTickIsLate(t *testing.T) {
+	allow := func(context.Context, string) (bool, error) { return true, nil }
+	r, err := Fleet(context.Background(), []AllowFunc{allow, allow}, FleetRun{Key: "k", Rate: 200_000, Duration: time.Millisecond, Tick: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Offered < 198 || r.Offered > 200 {
+		t.Fatalf("offered %d, want 200", r.Offered)
+	}
+}

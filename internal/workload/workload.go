@@ -569,10 +569,9 @@ func Drive(ctx context.Context, nodes []AllowFunc, keys *KeySet, load Load, d ti
 					return
 				case <-tick.C:
 				}
-				at := time.Since(start)
-				if at >= d {
-					return
-				}
+				// A tick that comes after the end still sends what was
+				// owed up to it (the pacer woke late: a loaded machine).
+				at := min(time.Since(start), d)
 				owed += perNode * (at - last).Seconds()
 				last = at
 				for ; owed >= 1; owed-- {
@@ -582,6 +581,9 @@ func Drive(ctx context.Context, nodes []AllowFunc, keys *KeySet, load Load, d ti
 					default:
 						shed++ // every worker busy: not sent
 					}
+				}
+				if at >= d {
+					return
 				}
 			}
 		})

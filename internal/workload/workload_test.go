@@ -166,3 +166,14 @@ func TestRunMeasuresBothModes(t *testing.T) {
 	assert.Less(t, async.ScriptsPerDecision(), 1.0, "Async decides in memory: fewer scripts than decisions")
 	assert.Positive(t, results[hybrid.Async].Close.Calls, "closing gives the contested keys' shares back and leaves the fleet")
 }
+
+// A pacer that wakes after the load's end (a loaded machine: its first
+// tick came late) still sends what the load owed up to the end, rather
+// than nothing: 100,000 a second for 1 ms, the first tick at 2 ms.
+func TestDriveSendsWhatWasOwedWhenItsTickIsLate(t *testing.T) {
+	keys, err := NewKeySet(10, 0)
+	require.NoError(t, err)
+	allow := func(context.Context, string) (bool, error) { return true, nil }
+	tot := Drive(context.Background(), []AllowFunc{allow}, keys, Load{Rate: 100_000, Tick: 2 * time.Millisecond, Seed: 1}, time.Millisecond)
+	assert.InDelta(t, 100, tot.Decisions+tot.Shed, 1, "decided %d, shed %d", tot.Decisions, tot.Shed)
+}

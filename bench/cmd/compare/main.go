@@ -8,7 +8,9 @@
 // latency percentiles under parallel load, Redis commands per decision, and
 // admitted/limit with 4 nodes offered twice the limit; then, for every
 // contender that keeps its state in Redis, Redis CPU and commands per
-// decision under many keys drawn from a Zipf distribution (-keys, -zipf);
+// decision, and the callers' wait, under many keys drawn from a Zipf
+// distribution (-keys, -zipf; -keys-only runs more workloads, our Async and
+// Sync side by side);
 // then three traffic shapes (a sticky burst, a burst on every node at once,
 // an abusive client spread over the nodes) sent to our Async and Sync
 // fleets and to a Gubernator cluster in its default and GLOBAL behaviours
@@ -17,12 +19,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -35,6 +39,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridlimit/hybridlimit/bench/contender"
+	"github.com/hybridlimit/hybridlimit/bench/keyload"
 	"github.com/hybridlimit/hybridlimit/bench/measure"
 	"github.com/hybridlimit/hybridlimit/internal/redisproc"
 	"github.com/hybridlimit/hybridlimit/internal/workload"
@@ -78,8 +83,25 @@ func main() {
 	flag.DurationVar(&o.many.duration, "keys-duration", 10*time.Second, "measured part of the many-keys workload")
 	flag.DurationVar(&o.many.interval, "keys-interval", 20*time.Millisecond, "SyncInterval of our Async contender in the many-keys workload")
 	flag.DurationVar(&o.many.timeout, "keys-redis-timeout", time.Second, "RedisTimeout of our contenders in the many-keys workload")
-	flag.IntVar(&o.many.workers, "keys-workers", 64, "workers sending each node its requests in the many-keys workload, at most that many waiting on Redis at once (0: 1024, an open load)")
-	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workload (no plot)")
+	flag.IntVar(&o.many.workers, "keys-workers", keyload.DefaultWorkers, "workers calling each node in the many-keys workloads: at most that many callers wait on a node at once, the others queue (and their wait counts in the latency)")
+	flag.DurationVar(&o.many.history, "keys-history", time.Minute, "traffic drawn (never sent) before each many-keys workload, for the steady-state share of first requests")
+	flag.DurationVar(&o.many.drain, "keys-drain", keyload.DefaultDrain, "how long the many-keys workloads wait for answers after the last request is due")
+	workloads := flag.String("keys-workloads", strings.Join(workloadIDs, ","), "the many-keys workloads -keys-only runs (bench-compare runs w1 alone)")
+	flag.BoolVar(&o.many.peers, "keys-peers", false, "with -keys-only, run the peers that keep their state in Redis on W1 too")
+	flag.IntVar(&o.many.client.nodes, "client-nodes", 6, "nodes of the per-client workloads (pinned, roundrobin, random)")
+	flag.IntVar(&o.many.client.keys, "client-keys", 500_000, "keys of the per-client workloads")
+	flag.Float64Var(&o.many.client.zipf, "client-zipf", 1.2, "Zipf skew of the per-client workloads")
+	flag.Float64Var(&o.many.client.rate, "client-rate", 20_000, "decisions per second offered in the per-client workloads, all nodes together")
+	flag.Int64Var(&o.many.client.policy.Rate, "client-key-rate", 1, "every key's limit in the per-client workloads: requests per second")
+	flag.Int64Var(&o.many.client.policy.Burst, "client-key-burst", 1, "every key's limit in the per-client workloads: burst")
+	flag.IntVar(&o.many.hot.nodes, "hot-nodes", 4, "nodes of the hot-key workload")
+	flag.Int64Var(&o.many.hot.policy.Rate, "hot-rate", 1000, "the hot key's limit: requests per second")
+	flag.Int64Var(&o.many.hot.policy.Burst, "hot-burst", 100, "the hot key's limit: burst")
+	flag.Float64Var(&o.many.hot.over, "hot-over", 2, "the hot key's offered rate, in multiples of its limit's")
+	flag.IntVar(&o.many.idle.nodes, "idle-nodes", 4, "nodes of the idle fleet")
+	flag.DurationVar(&o.many.idle.burst, "idle-burst", 2*time.Second, "the idle fleet's traffic (W1's) before it rests")
+	flag.DurationVar(&o.many.idle.rest, "idle-rest", 5*time.Second, "how long the idle fleet rests, measured (the first second apart)")
+	flag.BoolVar(&o.keysOnly, "keys-only", false, "run only the many-keys workloads (no plot)")
 	flag.BoolVar(&o.shapes.on, "shapes", true, "run the traffic shapes (hybridlimit and Gubernator)")
 	flag.BoolVar(&o.shapes.only, "shapes-only", false, "run only the traffic shapes (no plot)")
 	flag.Int64Var(&o.shapes.policy.Rate, "shapes-rate", 100, "the client's limit in the traffic shapes: requests per second")
@@ -115,9 +137,27 @@ func main() {
 			s.policy.Rate, s.policy.Burst, s.rounds, s.abuse, s.over))
 	}
 	if m := o.many; m.keys < 0 || m.keys > workload.MaxKeys || m.zipf < 0 || m.rate <= 0 || m.policy.Rate < 1 || m.policy.Burst < 1 ||
-		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 || m.workers < 0 {
-		fatal(fmt.Errorf("many keys: -keys %d (0 to %d), -zipf %v (0 or more), -keys-rate %v, -key-rate %d, -key-burst %d, -keys-duration %v, -keys-interval %v (1ms or more) and -keys-redis-timeout %v must be positive, -keys-warmup %v and -keys-workers %d not negative",
-			m.keys, workload.MaxKeys, m.zipf, m.rate, m.policy.Rate, m.policy.Burst, m.duration, m.interval, m.timeout, m.warmup, m.workers))
+		m.duration <= 0 || m.warmup < 0 || m.interval < time.Millisecond || m.timeout <= 0 || m.workers < 0 || m.history < 0 || m.drain < 0 {
+		fatal(fmt.Errorf("many keys: -keys %d (0 to %d), -zipf %v (0 or more), -keys-rate %v, -key-rate %d, -key-burst %d, -keys-duration %v, -keys-interval %v (1ms or more) and -keys-redis-timeout %v must be positive, -keys-warmup %v, -keys-workers %d, -keys-history %v and -keys-drain %v not negative",
+			m.keys, workload.MaxKeys, m.zipf, m.rate, m.policy.Rate, m.policy.Burst, m.duration, m.interval, m.timeout, m.warmup, m.workers, m.history, m.drain))
+	}
+	if c := o.many.client; c.nodes < 1 || c.nodes > keyload.MaxNodes || c.keys < 1 || c.keys > workload.MaxKeys || c.zipf < 0 || c.rate <= 0 || c.policy.Rate < 1 || c.policy.Burst < 1 {
+		fatal(fmt.Errorf("per-client workloads: -client-nodes %d (1 to %d), -client-keys %d (1 to %d), -client-rate %v, -client-key-rate %d and -client-key-burst %d must be positive, -client-zipf %v not negative",
+			c.nodes, keyload.MaxNodes, c.keys, workload.MaxKeys, c.rate, c.policy.Rate, c.policy.Burst, c.zipf))
+	}
+	if h, i := o.many.hot, o.many.idle; h.nodes < 1 || h.nodes > keyload.MaxNodes || h.policy.Rate < 1 || h.policy.Burst < 1 || !(h.over > 0) ||
+		i.nodes < 1 || i.nodes > keyload.MaxNodes || i.burst <= 0 || i.rest <= time.Second {
+		fatal(fmt.Errorf("-hot-nodes %d and -idle-nodes %d (1 to %d), -hot-rate %d, -hot-burst %d, -hot-over %v and -idle-burst %v must be positive, -idle-rest %v above 1s",
+			h.nodes, i.nodes, keyload.MaxNodes, h.policy.Rate, h.policy.Burst, h.over, i.burst, i.rest))
+	}
+	if o.nodes > keyload.MaxNodes {
+		fatal(fmt.Errorf("-nodes %d: at most %d", o.nodes, keyload.MaxNodes))
+	}
+	if o.many.only, err = parseWorkloads(*workloads); err != nil {
+		fatal(err)
+	}
+	if o.keysOnly && len(o.many.only) == 0 {
+		fatal(errors.New("-keys-only with no -keys-workloads: nothing to measure"))
 	}
 	if err := run(o); err != nil {
 		fatal(err)
@@ -167,6 +207,7 @@ func run(o options) (err error) {
 	var results []*result
 	var clock *measure.ParallelResult
 	var many []*keysResult
+	var floor *keyload.Result
 	if !o.shapes.only {
 		if len(cs) == 0 {
 			return errors.New("no contender matches -only")
@@ -178,6 +219,9 @@ func run(o options) (err error) {
 			}
 		}
 		if o.many.keys > 0 {
+			if floor, err = measureFloor(ctx, o); err != nil {
+				return err
+			}
 			if many, err = measureKeys(ctx, o, admin, srv.Addr(), cs); err != nil {
 				return err
 			}
@@ -195,7 +239,7 @@ func run(o options) (err error) {
 	env.Took = time.Since(began).Round(time.Second)
 	env.LoadEnd = loadAvg()
 
-	rep := report{opts: o, env: env, clock: clock, results: results, many: many, shapes: shaped}
+	rep := report{opts: o, env: env, clock: clock, results: results, many: many, floor: floor, shapes: shaped}
 	var w io.Writer = os.Stdout
 	if o.out != "" {
 		f, err := os.Create(o.out)
@@ -234,21 +278,37 @@ func logf(format string, args ...any) {
 
 type environment struct {
 	Redis, Machine, Go string
+	Date, Commit       string
 	Took               time.Duration
 	LoadStart, LoadEnd string // /proc/loadavg: other work on the machine
 }
 
-// loadAvg is the 1-minute load average, or "?".
+// loadAvg is the load average over 1, 5 and 15 minutes, as uptime prints
+// it, or "?".
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"
 	}
 	f := strings.Fields(string(b))
-	if len(f) == 0 {
+	if len(f) < 3 {
 		return "?"
 	}
-	return f[0]
+	return strings.Join(f[:3], ", ")
+}
+
+// commit is the checkout's commit (git rev-parse), marked "+ changes" when
+// tracked files differ from it, or "unknown".
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += " + changes"
+	}
+	return c
 }
 
 func envInfo(ctx context.Context, admin *redis.Client) environment {
@@ -256,6 +316,8 @@ func envInfo(ctx context.Context, admin *redis.Client) environment {
 		Redis:     redisVersion(ctx, admin),
 		Machine:   fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
 		Go:        runtime.Version(),
+		Date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		Commit:    commit(),
 		LoadStart: loadAvg(),
 	}
 }

@@ -3,14 +3,12 @@ package main
 import (
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/bench/contender"
 	"github.com/hybridlimit/hybridlimit/bench/measure"
-	"github.com/hybridlimit/hybridlimit/internal/workload"
 )
 
 func fakeResults(t *testing.T) ([]*result, options) {
@@ -58,49 +56,5 @@ func TestPlotWrites(t *testing.T) {
 		if err := drawPlot(filepath.Join(t.TempDir(), name), rs, o); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-	}
-}
-
-// The many-keys workload runs every contender that keeps its state in
-// Redis, our Async at the workload's interval, and the report gives each
-// its Redis CPU and commands per decision.
-func TestManyKeysSection(t *testing.T) {
-	rs, o := fakeResults(t)
-	o.many = keysOptions{keys: 1000, zipf: 1.1, rate: 2000, policy: contender.Policy{Rate: 10, Burst: 10},
-		duration: time.Second, interval: 20 * time.Millisecond, timeout: time.Second}
-	cs := keysContenders(o, contender.All())
-	var names []string
-	for _, c := range cs {
-		if !c.Distributed {
-			t.Errorf("%s keeps no state in Redis", c.Name)
-		}
-		names = append(names, c.Name)
-	}
-	for _, want := range []string{"hybridlimit Sync", "hybridlimit Async 20ms", "go-redis/redis_rate", "ulule/limiter redis", "throttled GCRA goredisstore"} {
-		if !slices.Contains(names, want) {
-			t.Errorf("many keys lacks %s: %v", want, names)
-		}
-	}
-	var many []*keysResult
-	for _, c := range cs {
-		r := &keysResult{c: c, tot: workload.Totals{Decisions: 20000, Admitted: 10000, Elapsed: 10 * time.Second},
-			redis: workload.RedisCost{CPU: 200 * time.Millisecond, Calls: 40000, Scripts: 20000}}
-		r.tot.Latency.Record(time.Microsecond)
-		many = append(many, r)
-	}
-	var b strings.Builder
-	rep := report{opts: o, clock: rs[0].Par, results: rs, many: many}
-	if err := rep.write(&b); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{"## Many keys: Redis's work per decision", "from 1000 keys with Zipf skew s = 1.1", "| hybridlimit Async 20ms | 2.0k (0) | 50.0% |",
-		"| **10.00 µs** | 2.000 (1.000) | 2.0% |"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out[strings.Index(out, "## Many keys"):])
-		}
-	}
-	if s := exactShare(o.many); s <= 0 || s >= 1 {
-		t.Errorf("an exact limiter admits %v of the decisions: want a share below one", s)
 	}
 }
