@@ -38,12 +38,22 @@ const (
 	Degraded               // under the fallback: the store out of reach
 )
 
+// String names the source: "local", "remote" or "degraded".
+func (s Source) String() string { return [...]string{"local", "remote", "degraded"}[s] }
+
 // Decision is one request decided under one of its key's limits.
 type Decision struct {
-	Req     int // index in Scenario.Requests
-	Limit   int // index in the key's Limits
-	Node    int
-	Sent    time.Duration // when the request arrived
+	Req   int // index in Scenario.Requests
+	Limit int // index in the key's Limits
+	Node  int
+	Sent  time.Duration // when the request arrived
+	// Seen is when the node first decided it by its own estimate of the
+	// store's clock (which the simulation knows exactly): the time the
+	// node's engine charged it at. Compliance is judged on it.
+	Seen time.Duration
+	// First is when the node first decided it (the simulation's time): a
+	// request that reached a node before its first heartbeat waits for it.
+	First   time.Duration
 	At      time.Duration // when it was decided
 	N       int64
 	Allowed bool
@@ -590,8 +600,10 @@ type pending struct {
 	lim      limit.Limit
 	n        int64
 	sent     time.Duration
-	deadline int64 // mapped ns: when it stops waiting
-	asked    int64 // mapped ns: when it was first short
+	deadline int64         // mapped ns: when it stops waiting
+	asked    int64         // mapped ns: when it was first short
+	seen     int64         // mapped ns: when it was first decided (0: not yet)
+	first    time.Duration // when it was first decided
 }
 
 func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s.now) }
@@ -600,14 +612,17 @@ func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s
 // store admitted itself).
 func (d *pending) doneAt(allowed bool, src Source, at time.Duration) {
 	nd := d.nd
-	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent, At: at,
-		N: d.n, Allowed: allowed, Source: src})
+	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent,
+		Seen: time.Duration(d.seen - base), First: d.first, At: at, N: d.n, Allowed: allowed, Source: src})
 }
 
 // decide decides d as the hybrid limiter's Async path does.
 func (d *pending) decide() {
 	nd := d.nd
 	now := nd.mapped()
+	if d.seen == 0 {
+		d.seen, d.first = now, nd.s.now
+	}
 	if nd.open {
 		d.degraded(now)
 		return
