@@ -3,7 +3,6 @@ package sharesim
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -95,8 +94,8 @@ type span struct {
 	// terms).
 	what   string
 	judged bool
-	wipes    int           // the store lost its data
-	step     time.Duration // a node's clock stepped by this much
+	wipes  int           // the store lost its data
+	step   time.Duration // a node's clock stepped by this much
 	// cut: a node cut off from the store while the others reach it: it
 	// decides degraded in one over the fleet while the others, once its
 	// grants have lapsed, divide the rest (a rate, over the cut).
@@ -314,9 +313,18 @@ func abs(d time.Duration) time.Duration {
 // that order. No margin: a burst of the whole capacity sent to one node at
 // one instant is seen at one instant and judged exactly. A request the
 // exact limiter refuses is over the limit, and so is every request of the
-// series within a refill of it (the fleet may have admitted what the exact
-// limiter refused, as the bound lets it, and owes it back); the exact
-// limiter charges what the fleet admitted beyond it. Requests sent within a
+// series within a refill after it (the fleet may have admitted what the
+// exact limiter refused, as the bound lets it, and owes it back); the exact
+// limiter charges what the fleet admitted beyond it.
+//
+// The one tolerance in what is judged is the wait, at the edge of the
+// limit: a request that finds its node's share short waits up to AskWait
+// for room, and a request over the limit that arrives meanwhile on a node
+// that still holds some takes it. Which of the two an exact limiter admits
+// depends on their order; which one a fleet of shares admits depends on
+// where the room is. So requests within AskWait (and a millisecond, the
+// answer's trip) before a request the exact limiter refuses are not judged:
+// traffic that stays within the limit has no such edge. Requests sent within a
 // disturbance that is not part of a healthy fleet's life (a fault of the
 // store, a node partitioned, paused, crashed, its clock stepped) are fed to
 // the standard but not judged. Joins, a fleet starting together and
@@ -343,22 +351,35 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 	})
 	spans := disturbed(sc, refillOf(lim))
 	refill := refillOf(lim)
+	// The standard's verdict on each request, in the order seen, and the
+	// times of those it refuses.
 	std := newExact(lim)
-	over := time.Duration(math.MinInt64) // judged again from here on
-	judged := make(map[int]bool, len(seen)) // by request
-	refused, late, n := 0, 0, 0
-	first, class := "", ""
-	cov := &r.Coverage
-	for _, d := range seen {
-		ok := std.admit(base+int64(d.Seen), d.N)
-		if !ok {
-			over = d.Seen + refill
+	conform := make([]bool, len(seen))
+	var overs []time.Duration
+	for i, d := range seen {
+		conform[i] = std.admit(base+int64(d.Seen), d.N)
+		if !conform[i] {
+			overs = append(overs, d.Seen)
 			if d.Allowed {
 				std.charge(base+int64(d.Seen), d.N)
 			}
 		}
-		if !ok || d.Seen < over {
-			cov.exclude("over the limit")
+	}
+	edge := sc.AskWait + time.Millisecond
+	judged := make(map[int]bool, len(seen)) // by request
+	refused, late, n := 0, 0, 0
+	first, class := "", ""
+	cov := &r.Coverage
+	for i, d := range seen {
+		// The first request over the limit at or after this one, and the
+		// last before it.
+		j, _ := slices.BinarySearch(overs, d.Seen)
+		switch {
+		case !conform[i] || j > 0 && d.Seen < overs[j-1]+refill:
+			cov.exclude("over the limit (an exact limiter refuses it, or one within a refill before it)")
+			continue
+		case j < len(overs) && overs[j] <= d.Seen+edge:
+			cov.exclude("at the edge of the limit (within AskWait before a request over it)")
 			continue
 		}
 		why := ""

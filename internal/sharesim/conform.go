@@ -26,8 +26,9 @@ type exact struct {
 func newExact(lim limit.Limit) *exact {
 	e := &exact{lim: lim}
 	if lim.Algorithm.IsBucket() {
-		e.t = float64(lim.Period) / float64(lim.Rate)
-		e.tau = float64(lim.Capacity()) * e.t
+		// In whole nanoseconds, as the library computes them.
+		e.t = float64(lim.Interval())
+		e.tau = float64(lim.Tolerance())
 	}
 	return e
 }
@@ -38,7 +39,9 @@ const eps = 1e-3
 // admit reports whether the exact limiter admits n at unix (ns, the store's
 // clock), charging it if so.
 func (e *exact) admit(unix, n int64) bool {
-	now := float64(unix)
+	// The buckets count from the scenario's start: at Unix ns, a float64
+	// resolves only 256 ns.
+	now := float64(unix - base)
 	switch e.lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
 		if !e.started {
@@ -87,7 +90,7 @@ func (e *exact) admit(unix, n int64) bool {
 // fleet admitted beyond the exact limiter, which it owes back.
 func (e *exact) charge(unix, n int64) {
 	if e.lim.Algorithm.IsBucket() {
-		e.tat = max(e.tat, float64(unix)) + float64(n)*e.t
+		e.tat = max(e.tat, float64(unix-base)) + float64(n)*e.t
 		return
 	}
 	if unix/int64(e.lim.Period) == e.win {

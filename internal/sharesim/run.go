@@ -71,6 +71,9 @@ type Record struct {
 	Stats []protocol.Stats
 	// Errors are unexpected errors of a decision.
 	Errors []string
+	// Trace is, in a run made by RunTraced, every op, answer, call heard
+	// and decision of the traced key, one line each.
+	Trace []string
 }
 
 // event is something that happens at a time.
@@ -112,6 +115,23 @@ type sim struct {
 	down, paused bool
 	latency      time.Duration
 	held         []func() // calls held while the store is paused
+	traced       string   // the key whose story the run records (RunTraced)
+}
+
+// RunTraced plays sc on the Go model, as Run does, recording in the
+// record's Trace the story of the key named key: each op a node sent and
+// what the store answered, each call a node heard, each decision.
+func RunTraced(sc *Scenario, key string) *Record {
+	m := storemodel.New(share.Duration(sc.ActiveWindow))
+	return runOn(sc, ModelStore{m}, key)
+}
+
+// trace records a line of the traced key's story.
+func (s *sim) trace(key string, format string, args ...any) {
+	if s.traced == "" || key != s.traced {
+		return
+	}
+	s.rec.Trace = append(s.rec.Trace, fmt.Sprintf("%12v ", s.now.Round(time.Microsecond))+fmt.Sprintf(format, args...))
 }
 
 // Store is the store's side the nodes call: the Go model, or in the
@@ -148,8 +168,10 @@ func Run(sc *Scenario) *Record {
 }
 
 // RunOn plays sc against store and returns its record.
-func RunOn(sc *Scenario, store Store) *Record {
-	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)), store: store, rec: &Record{Scenario: sc}}
+func RunOn(sc *Scenario, store Store) *Record { return runOn(sc, store, "") }
+
+func runOn(sc *Scenario, store Store, traced string) *Record {
+	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)), store: store, rec: &Record{Scenario: sc}, traced: traced}
 	for i := range sc.Nodes {
 		s.nodes = append(s.nodes, &node{s: s, idx: i, id: fmt.Sprintf("n%d", i), spec: sc.Nodes[i]})
 		nd := s.nodes[i]
@@ -247,6 +269,7 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 					if nd.cut || !nd.ready {
 						return
 					}
+					s.trace(c.Key, "node %d hears %+v", nd.idx, c)
 					nd.sh.Heard(c, nd.mapped())
 				})
 			})
@@ -551,6 +574,9 @@ func (nd *node) send() {
 		replies := make([]share.Reply, len(ops))
 		nd.s.store.Ops(now, nd.id, set, ops, replies)
 		nd.s.rec.Ops += int64(len(ops))
+		for i, op := range ops {
+			nd.s.trace(op.Key, "node %d op %+v\n%14s -> %+v", nd.idx, op, "", replies[i])
+		}
 		return replies
 	}, func(reply any, err error) {
 		nd.sending = false
@@ -612,6 +638,7 @@ func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s
 // store admitted itself).
 func (d *pending) doneAt(allowed bool, src Source, at time.Duration) {
 	nd := d.nd
+	nd.s.trace(d.key, "node %d decides %s [%v] n=%d sent %v: allowed=%v (%v)", nd.idx, d.key, d.lim, d.n, d.sent, allowed, src)
 	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent,
 		Seen: time.Duration(d.seen - base), First: d.first, At: at, N: d.n, Allowed: allowed, Source: src})
 }
@@ -642,6 +669,7 @@ func (d *pending) decide() {
 	if d.deadline == 0 {
 		d.deadline, d.asked = now+int64(nd.s.sc.AskWait), now
 	}
+	nd.s.trace(d.key, "node %d short %s [%v] n=%d", nd.idx, d.key, d.lim, d.n)
 	_, refuse, _ := nd.sh.Short(now, d.asked, d.key, d.lim, d.n, d.deadline, func(w *protocol.Waiter) {
 		// Told under the protocol's lock: picked up as an event at once.
 		nd.s.at(nd.s.now, func() { nd.gate(func() { d.resume(w) }) })

@@ -14,6 +14,7 @@ import (
 
 var (
 	seedFlag  = flag.Int64("seed", 1, "the scenario TestReplay plays")
+	traceFlag = flag.String("trace", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
 	countFlag = flag.Int("sim.count", shortCount, "how many scenarios TestSearch plays (make verify: 10,000)")
 	fromFlag  = flag.Int64("sim.from", shortFrom, "the first seed TestSearch plays")
 )
@@ -21,7 +22,14 @@ var (
 // TestReplay plays one seed and prints what happened.
 func TestReplay(t *testing.T) {
 	sc := Generate(*seedFlag)
-	res := Check(Run(sc))
+	var rec *Record
+	if *traceFlag != "" {
+		rec = RunTraced(sc, *traceFlag)
+		t.Logf("the story of %s:\n%s", *traceFlag, strings.Join(rec.Trace, "\n"))
+	} else {
+		rec = Run(sc)
+	}
+	res := Check(rec)
 	t.Log(res.Summary())
 	if res.Failed() {
 		t.Fail()
