@@ -288,7 +288,7 @@ func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
 			}
 			if excess > 0 {
 				r.violate("bound: %s [%v] (%v): %d admitted within %v from %v, bound %.1f (%+.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound, excess)
-				r.class(fmt.Sprintf("bound: %v", key.Routing))
+				r.class(fmt.Sprintf("bound: %v%s", key.Routing, meets(spans, from, to)))
 				return
 			}
 		}
@@ -404,7 +404,11 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 			continue
 		}
 		if first == "" {
-			class = fmt.Sprintf("compliance: %v%s", key.Routing, near(spans, d.Sent))
+			var prev *Decision
+			if i > 0 {
+				prev = &seen[i-1]
+			}
+			class = "compliance: " + circumstance(sc, lim, d, prev, refill)
 			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %v%s)", d.Node, d.Sent.Round(time.Microsecond),
 				map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.First, d.Source, near(spans, d.Sent))
 		}
@@ -414,10 +418,67 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 	r.Refused += refused
 	r.Late += late
 	if refused > 0 || late > 0 {
-		r.violate("compliance: %s [%v] (%v, fraction %.2f, weight %d): %d refused, %d waited past AskWait, of %d judged; first: %s",
-			key.Name, lim, key.Routing, key.Fraction, key.Weight, refused, late, n, first)
+		r.violate("compliance: %s [%v] (%v, fraction %.2f, weight %d): %d refused, %d waited past AskWait, of %d judged; first: %s; %s",
+			key.Name, lim, key.Routing, key.Fraction, key.Weight, refused, late, n, first, strings.TrimPrefix(class, "compliance: "))
 		r.class(class)
 	}
+}
+
+// circumstance describes what a failing request of compliant traffic met,
+// for counting failures by class: a FleetSize that names a node not up yet
+// (the store reserves its even split), a fleet started together without
+// FleetSize, a pooled key (one request weighs more than an even split), demand
+// that came from another node within a refill, or demand on one node; and
+// what the store last answered the node's asks on the key.
+func circumstance(sc *Scenario, lim limit.Limit, d Decision, prev *Decision, refill time.Duration) string {
+	var what string
+	starting := 0
+	waiting := false
+	for _, nd := range sc.Nodes {
+		if nd.Join == 0 {
+			starting++
+		}
+		waiting = waiting || nd.Join > d.Sent
+	}
+	n := int64(len(sc.Nodes))
+	switch {
+	case sc.FleetSize > 0 && waiting:
+		what = "FleetSize counts a node not up yet"
+	case sc.FleetSize == 0 && starting > 1 && d.Sent < 3*sc.Interval+callTimeout+sc.AskWait:
+		what = "a fleet started together without FleetSize"
+	case d.N*n > lim.Capacity():
+		what = "a pooled key (a request heavier than an even split)"
+	case prev != nil && prev.Node != d.Node && d.Seen-prev.Seen < refill:
+		what = "demand moving between nodes"
+	default:
+		what = "demand on one node"
+	}
+	switch {
+	case d.Allowed:
+		what += ", admitted past AskWait"
+	case d.Source == Local:
+		what += ", refused by the node alone"
+	case d.Asked:
+		what += ", refused after the store answered " + d.Told.String()
+	default:
+		what += ", refused at the end of AskWait"
+	}
+	return what
+}
+
+// meets names the disturbances a window from from to to meets, if any.
+func meets(spans []span, from, to time.Duration) string {
+	var whats []string
+	for _, sp := range spans {
+		if sp.to >= from && sp.from <= to && !slices.Contains(whats, sp.what) {
+			whats = append(whats, sp.what)
+		}
+	}
+	if len(whats) == 0 {
+		return ", with no disturbance"
+	}
+	slices.Sort(whats)
+	return ", meeting " + strings.Join(whats, ", ")
 }
 
 // near names the judged changes of the fleet around at, if any.

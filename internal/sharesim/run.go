@@ -58,6 +58,11 @@ type Decision struct {
 	N       int64
 	Allowed bool
 	Source  Source
+	// Told is what the store last answered the node's ops on the key and
+	// limit before the decision, if it asked (Asked): for telling failures
+	// apart.
+	Told  share.Outcome
+	Asked bool
 }
 
 // Record is what a run produced.
@@ -355,6 +360,10 @@ type node struct {
 	roundAt            time.Duration // the next round scheduled
 	tickAt             time.Duration // the next tick scheduled (0: none)
 
+	// told is what the store last answered an op of each key and limit
+	// that wanted room.
+	told map[string]share.Outcome
+
 	// The breaker.
 	failures int
 	open     bool
@@ -589,6 +598,14 @@ func (nd *node) send() {
 			replies = reply.([]share.Reply)
 		}
 		nd.gate(func() {
+			for i, op := range ops {
+				if err == nil && op.Want > 0 {
+					if nd.told == nil {
+						nd.told = map[string]share.Outcome{}
+					}
+					nd.told[op.Key+" "+op.Limit.String()] = replies[i].Outcome
+				}
+			}
 			nd.sh.OpsDone(ops, replies, err, nd.open, nd.mapped())
 			nd.tick()
 			if nd.sendAgain || err == nil {
@@ -639,8 +656,9 @@ func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s
 func (d *pending) doneAt(allowed bool, src Source, at time.Duration) {
 	nd := d.nd
 	nd.s.trace(d.key, "node %d decides %s [%v] n=%d sent %v: allowed=%v (%v)", nd.idx, d.key, d.lim, d.n, d.sent, allowed, src)
+	told, asked := nd.told[d.key+" "+d.lim.String()]
 	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent,
-		Seen: time.Duration(d.seen - base), First: d.first, At: at, N: d.n, Allowed: allowed, Source: src})
+		Seen: time.Duration(d.seen - base), First: d.first, At: at, N: d.n, Allowed: allowed, Source: src, Told: told, Asked: asked && d.asked != 0})
 }
 
 // decide decides d as the hybrid limiter's Async path does.
@@ -669,7 +687,6 @@ func (d *pending) decide() {
 	if d.deadline == 0 {
 		d.deadline, d.asked = now+int64(nd.s.sc.AskWait), now
 	}
-	nd.s.trace(d.key, "node %d short %s [%v] n=%d", nd.idx, d.key, d.lim, d.n)
 	_, refuse, _ := nd.sh.Short(now, d.asked, d.key, d.lim, d.n, d.deadline, func(w *protocol.Waiter) {
 		// Told under the protocol's lock: picked up as an event at once.
 		nd.s.at(nd.s.now, func() { nd.gate(func() { d.resume(w) }) })

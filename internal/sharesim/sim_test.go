@@ -14,7 +14,7 @@ import (
 
 var (
 	seedFlag  = flag.Int64("seed", 1, "the scenario TestReplay plays")
-	traceFlag = flag.String("trace", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
+	traceFlag = flag.String("story", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
 	countFlag = flag.Int("sim.count", shortCount, "how many scenarios TestSearch plays (make verify: 10,000)")
 	fromFlag  = flag.Int64("sim.from", shortFrom, "the first seed TestSearch plays")
 )
