@@ -355,9 +355,11 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 	// times of those it refuses.
 	std := newExact(lim)
 	conform := make([]bool, len(seen))
+	room := make([]float64, len(seen)) // the standard's room left after each
 	var overs []time.Duration
 	for i, d := range seen {
 		conform[i] = std.admit(base+int64(d.Seen), d.N)
+		room[i] = std.room(base + int64(d.Seen))
 		if !conform[i] {
 			overs = append(overs, d.Seen)
 			if d.Allowed {
@@ -408,7 +410,7 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 			if i > 0 {
 				prev = &seen[i-1]
 			}
-			class = "compliance: " + circumstance(sc, lim, d, prev, refill)
+			class = "compliance: " + circumstance(sc, lim, d, prev, refill, room[i])
 			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %v%s)", d.Node, d.Sent.Round(time.Microsecond),
 				map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.First, d.Source, near(spans, d.Sent))
 		}
@@ -425,29 +427,33 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 }
 
 // circumstance describes what a failing request of compliant traffic met,
-// for counting failures by class: a FleetSize that names a node not up yet
-// (the store reserves its even split), a fleet started together without
-// FleetSize, a pooled key (one request weighs more than an even split), demand
-// that came from another node within a refill, or demand on one node; and
-// what the store last answered the node's asks on the key.
-func circumstance(sc *Scenario, lim limit.Limit, d Decision, prev *Decision, refill time.Duration) string {
+// for counting failures by class: FleetSize set with a node joining late
+// (the store reserves its even split until it joins the key's contest), a
+// fleet started together without FleetSize, a pooled key (one request
+// weighs more than an even split), the limit's last room (less than one
+// request left after it in the exact limiter), demand that came from
+// another node within a refill, or demand on one node; and what the store
+// last answered the node's asks on the key.
+func circumstance(sc *Scenario, lim limit.Limit, d Decision, prev *Decision, refill time.Duration, room float64) string {
 	var what string
 	starting := 0
-	waiting := false
+	late := false
 	for _, nd := range sc.Nodes {
 		if nd.Join == 0 {
 			starting++
 		}
-		waiting = waiting || nd.Join > d.Sent
+		late = late || nd.Join > 0
 	}
 	n := int64(len(sc.Nodes))
 	switch {
-	case sc.FleetSize > 0 && waiting:
-		what = "FleetSize counts a node not up yet"
+	case sc.FleetSize > 0 && late:
+		what = "FleetSize set, a node joining late"
 	case sc.FleetSize == 0 && starting > 1 && d.Sent < 3*sc.Interval+callTimeout+sc.AskWait:
 		what = "a fleet started together without FleetSize"
 	case d.N*n > lim.Capacity():
 		what = "a pooled key (a request heavier than an even split)"
+	case room < 1:
+		what = "the limit's last room (under a request left after it)"
 	case prev != nil && prev.Node != d.Node && d.Seen-prev.Seen < refill:
 		what = "demand moving between nodes"
 	default:

@@ -86,6 +86,18 @@ func (e *exact) admit(unix, n int64) bool {
 	return false
 }
 
+// room is what the exact limiter has left at unix, in requests of weight 1.
+func (e *exact) room(unix int64) float64 {
+	if e.lim.Algorithm.IsBucket() {
+		return (e.tau - (e.tat - float64(unix-base))) / e.t
+	}
+	used := e.cur
+	if p := int64(e.lim.Period); e.lim.Algorithm == limit.SlidingWindowCounter && unix/p == e.win {
+		used += e.prev * float64(p-(unix-e.win*p)) / float64(p)
+	}
+	return float64(e.lim.Rate) - used
+}
+
 // charge charges n at unix whether or not the limit has room: what the
 // fleet admitted beyond the exact limiter, which it owes back.
 func (e *exact) charge(unix, n int64) {
