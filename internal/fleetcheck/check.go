@@ -321,6 +321,13 @@ func (r *Result) compliance(rec *Record, k, li int, ds []Decision) {
 			r.Excluded["refused by FailClosed while degraded (by definition)"]++
 			continue
 		}
+		if !d.Allowed && d.Source == hybrid.Degraded && key.Route != "" && key.Route != "spread" {
+			// Degraded, each node decides in one over the fleet: a stream
+			// that is not spread over the nodes may need more than one
+			// node's share, and no node can know what the others admit.
+			r.Excluded["refused degraded, one over the fleet on a node, of a stream not spread"]++
+			continue
+		}
 		if f := sc.Fault; !d.Allowed && sc.Mode == hybrid.Async && d.Source == hybrid.Remote && f.Kind != NoFault &&
 			d.At >= f.At && d.At <= f.Heal+recoverySpan {
 			// Async's promise to compliant traffic holds with Redis
