@@ -27,7 +27,8 @@ type Result struct {
 	// Compliant is how many decisions on compliant traffic were checked,
 	// and Refused how many of them refused it; CompliantBy the decisions
 	// checked by the stream's route (Key.Route), and Excluded the
-	// decisions of compliant streams left out, by why.
+	// decisions of compliant streams (and the admissions the bound's
+	// windows) left out, by why.
 	Compliant, Refused    int
 	CompliantBy, Excluded map[string]int
 	// NotConforming names the compliant streams that, as the driver
@@ -247,6 +248,7 @@ func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 			continue
 		}
 		if d.Source == hybrid.Degraded && sc.Fallback == hybrid.FailOpen {
+			r.Excluded["bound: admitted degraded under FailOpen (by definition)"]++
 			continue // admitted by definition
 		}
 		events = append(events, Event{At: d.At, N: d.N})

@@ -35,6 +35,9 @@ type Tally struct {
 	// of each route and CompliantBy their decisions checked; Excluded the
 	// decisions of compliant streams left out, by why.
 	Shapes, Routes, CompliantBy, Excluded map[string]int
+	// OverForgotten counts the churning keys over the bound after the
+	// nodes forgot evictions (Result.OverForgotten), reported apart.
+	OverForgotten int
 }
 
 // Add counts one scenario's result, which took took.
@@ -58,6 +61,7 @@ func (t *Tally) Add(r *Result, took time.Duration) {
 	for k, v := range r.Excluded {
 		t.Excluded[k] += v
 	}
+	t.OverForgotten += r.OverForgotten
 	t.Scenarios++
 	t.Took += took
 	t.Series += r.Series
@@ -121,8 +125,10 @@ func (t *Tally) String() string {
 		fmt.Fprintf(&b, "    %-28s %d\n", k, t.Shapes[k])
 	}
 	excluded := 0
-	for _, v := range t.Excluded {
-		excluded += v
+	for k, v := range t.Excluded {
+		if !strings.HasPrefix(k, "bound: ") {
+			excluded += v
+		}
 	}
 	fmt.Fprintf(&b, "  compliant streams by route (streams, decisions checked): ")
 	for i, k := range slices.Sorted(maps.Keys(t.Routes)) {
@@ -133,8 +139,12 @@ func (t *Tally) String() string {
 	}
 	fmt.Fprintf(&b, "\n  compliant decisions left out: %d of %d", excluded, excluded+t.Compliant)
 	for _, k := range slices.Sorted(maps.Keys(t.Excluded)) {
-		fmt.Fprintf(&b, "; %s: %d", k, t.Excluded[k])
+		if !strings.HasPrefix(k, "bound: ") {
+			fmt.Fprintf(&b, "; %s: %d", k, t.Excluded[k])
+		}
 	}
+	fmt.Fprintf(&b, "\n  the bound: %d admissions left out of its windows (made degraded under FailOpen, by definition); %d churning keys over it after forgotten evictions, reported apart",
+		t.Excluded["bound: admitted degraded under FailOpen (by definition)"], t.OverForgotten)
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  Redis's record of spend: %d records checked, %d that today's state cannot tell; wrong in %d scenarios %v\n", t.LedgerChecked, t.LedgerUnknown, len(t.LedgerSeeds), t.LedgerSeeds)
 	var kinds []string
