@@ -44,18 +44,6 @@ func (r *Result) class(c string) {
 // Failed reports whether the run broke a promise.
 func (r *Result) Failed() bool { return len(r.Violations) > 0 }
 
-// BoundKept reports whether every violation, if any, is of compliance (a
-// refusal or a late admission of traffic an exact limiter admits): the
-// bound, the ledger and the protocol's own checks held.
-func (r *Result) BoundKept() bool {
-	for _, v := range r.Violations {
-		if !strings.HasPrefix(v, "compliance: ") {
-			return false
-		}
-	}
-	return true
-}
-
 func (r *Result) violate(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
 }
