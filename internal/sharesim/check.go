@@ -90,9 +90,9 @@ type span struct {
 	cut bool
 	// change is the capacity a change of the fleet may count twice, as a
 	// fraction of the limit's: one even split ((N−1)/N) for a node joining,
-	// leaving or a fault that makes every node decide in one over the
-	// fleet; H(N)−1 for a fleet that starts together, each node seeing the
-	// fleet as it was at its first heartbeat.
+	// leaving, a fleet starting together (with or without FleetSize: the
+	// protocol promises it) or a fault that makes every node decide in one
+	// over the fleet.
 	change float64
 }
 

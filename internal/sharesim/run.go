@@ -286,7 +286,7 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 func (s *sim) hop() time.Duration {
 	d := time.Duration(100+s.rng.IntN(400)) * time.Microsecond
 	if s.rng.IntN(100) == 0 {
-		d += time.Duration(s.rng.IntN(1500)) * time.Microsecond // a spike, within the margin
+		d += time.Duration(s.rng.IntN(1500)) * time.Microsecond // a spike of up to 1.5 ms
 	}
 	return d + s.latency
 }
