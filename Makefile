@@ -5,7 +5,7 @@ GO ?= go
 PKGS ?= ./...
 BENCHTIME ?= 1s
 
-.PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet lint
+.PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify verify-sim tools vet lint
 
 ## test: lint (go vet, staticcheck, deadcode) beside every test with the race detector, against private
 ## redis-servers the tests start; then the comparison suite's own tests (bench/ is a module of its own,
@@ -69,21 +69,25 @@ rls-compat: tools rls-peer
 bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench
 
-## verify: the long randomized runs. First the simulation (internal/sharesim, ~3 min): SIM_COUNT scenarios
-## (10,000) from seed SIM_FROM, every node, clock, round trip and fault of Async mode's share protocol
-## simulated from the seed, each checked on both sides (the bound, and compliant traffic admitted whole);
-## then the fleet checker (about 40 minutes): VERIFY_COUNT scenarios drawn from seeds VERIFY_SEED on (0: from
-## the clock), each a fleet of real limiters against a private redis-server, some killed, paused or slowed.
-## Each prints what it checked, the largest excess over the bound, the refusals of compliant traffic, and a
+## verify: the long randomized runs. First the simulation (verify-sim: internal/sharesim, on every CPU):
+## SIM_COUNT scenarios (10,000) from seed SIM_FROM, every node, clock, round trip and fault of Async mode's
+## share protocol simulated from the seed, each checked on both sides (the bound, and compliant traffic
+## admitted whole); it prints what the scenarios sent (routings, faults, changes of the fleet), what each
+## check judged and left out and why, and the failures by class with their seeds. Then the fleet checker
+## (about 40 minutes): VERIFY_COUNT scenarios drawn from seeds VERIFY_SEED on (0: from the clock), each a
+## fleet of real limiters against a private redis-server, some killed, paused or slowed. Each prints a
 ## replay command for each failed seed
 SIM_COUNT ?= 10000
 SIM_FROM ?= 1
 VERIFY_COUNT ?= 240
 VERIFY_SEED ?= 0
-verify: tools
-	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -sim.from=$(SIM_FROM) -sim.compliance=0
+verify: verify-sim
 	$(GO) test -count=1 -timeout 90m -run 'TestVerify$$' -v ./internal/fleetcheck \
 		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
+
+## verify-sim: verify's first part alone, the simulation
+verify-sim: tools
+	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -sim.from=$(SIM_FROM)
 
 vet:
 	$(GO) vet $(PKGS)

@@ -25,8 +25,12 @@ type Result struct {
 	Worst, WorstSingle Excess
 	WorstBy            map[string]Excess
 	// Compliant is how many decisions on compliant traffic were checked,
-	// and Refused how many of them refused it.
-	Compliant, Refused int
+	// and Refused how many of them refused it; CompliantBy the decisions
+	// checked by the stream's route (Key.Route), and Excluded the
+	// decisions of compliant streams (and the admissions the bound's
+	// windows) left out, by why.
+	Compliant, Refused    int
+	CompliantBy, Excluded map[string]int
 	// NotConforming names the compliant streams that, as the driver
 	// delivered them, stopped conforming: they are checked up to there.
 	NotConforming []string
@@ -123,7 +127,7 @@ func (r *Result) Summary() string {
 // and closed (reporting all it spent: nodes close while Redis is up).
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
-	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}, RTT: rec.rtt()}
+	res := &Result{Scenario: sc, WorstBy: map[string]Excess{}, RTT: rec.rtt(), CompliantBy: map[string]int{}, Excluded: map[string]int{}}
 	for i, n := range rec.Nodes {
 		if n.StartErr != nil {
 			res.violate("start", "node %d: %v", i, n.StartErr)
@@ -244,6 +248,7 @@ func (r *Result) bound(rec *Record, k, li int, ds []Decision) {
 			continue
 		}
 		if d.Source == hybrid.Degraded && sc.Fallback == hybrid.FailOpen {
+			r.Excluded["bound: admitted degraded under FailOpen (by definition)"]++
 			continue // admitted by definition
 		}
 		events = append(events, Event{At: d.At, N: d.N})
@@ -304,25 +309,40 @@ func (r *Result) compliance(rec *Record, k, li int, ds []Decision) {
 	if !ok {
 		r.NotConforming = append(r.NotConforming, fmt.Sprintf("%s [%v]: as delivered, conforms only up to request %d of %d at %v: %s",
 			key.Name, lim, first, len(ds), ds[first].At.Round(time.Millisecond), why))
+		r.Excluded["delivered late enough that the stream stopped conforming"] += len(ds) - first
 		ds = ds[:first]
 	}
 	refused, by := 0, map[hybrid.Source]int{}
 	var at time.Duration
 	for _, d := range ds {
 		if d.Err != nil {
-			continue // counted as an error
+			r.Excluded["the decision erred (a violation of its own)"]++
+			continue
 		}
-		r.Compliant++
-		if d.Allowed || (d.Source == hybrid.Degraded && sc.Fallback == hybrid.FailClosed) {
-			continue // FailClosed refuses everything while degraded, by definition
+		if !d.Allowed && d.Source == hybrid.Degraded && sc.Fallback == hybrid.FailClosed {
+			r.Excluded["refused by FailClosed while degraded (by definition)"]++
+			continue
 		}
-		if f := sc.Fault; sc.Mode == hybrid.Async && d.Source == hybrid.Remote && f.Kind != NoFault &&
+		if !d.Allowed && d.Source == hybrid.Degraded && key.Route != "" && key.Route != "spread" {
+			// Degraded, each node decides in one over the fleet: a stream
+			// that is not spread over the nodes may need more than one
+			// node's share, and no node can know what the others admit.
+			r.Excluded["refused degraded, one over the fleet on a node, of a stream not spread"]++
+			continue
+		}
+		if f := sc.Fault; !d.Allowed && sc.Mode == hybrid.Async && d.Source == hybrid.Remote && f.Kind != NoFault &&
 			d.At >= f.At && d.At <= f.Heal+recoverySpan {
 			// Async's promise to compliant traffic holds with Redis
 			// healthy: a request that waited for a Redis that was failing
 			// without being down (slow, paused before the breaker opened)
 			// is refused when its wait ends. Counted apart, not hidden.
 			r.RefusedInFault++
+			r.Excluded["refused after waiting on a failing Redis (counted apart)"]++
+			continue
+		}
+		r.Compliant++
+		r.CompliantBy[key.Route]++
+		if d.Allowed {
 			continue
 		}
 		if refused++; refused == 1 {

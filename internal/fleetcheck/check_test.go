@@ -21,7 +21,7 @@ import (
 // given.
 func handScenario(keys ...Key) *Scenario {
 	return &Scenario{Seed: 99, Mode: hybrid.Async, Interval: 10 * time.Millisecond, Duration: time.Second,
-		Nodes: []Span{{0, time.Second}, {0, time.Second}}, Keys: keys, RTT: 10 * time.Millisecond}
+		Nodes: []Span{{0, time.Second}, {0, time.Second}}, Keys: keys, RTT: 10 * time.Millisecond, FleetSize: 2}
 }
 
 // admits records count decisions of weight n on key 0, limit 0, node 0,

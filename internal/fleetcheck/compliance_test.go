@@ -81,12 +81,14 @@ func TestConforms(t *testing.T) {
 // generator's.
 func TestGeneratedCompliantTrafficConforms(t *testing.T) {
 	checked := 0
+	routes := map[string]int{}
 	for seed := int64(1); seed <= 300; seed++ {
 		sc := Generate(seed)
 		for k, key := range sc.Keys {
 			if key.Pattern != Compliant {
 				continue
 			}
+			routes[key.Route]++
 			var reqs []Timed
 			for _, r := range sc.Requests {
 				if r.Key == k {
@@ -105,4 +107,7 @@ func TestGeneratedCompliantTrafficConforms(t *testing.T) {
 		}
 	}
 	assert.Greater(t, checked, 100)
+	for _, route := range []string{"spread", "pinned", "hopping", "bursty"} {
+		assert.Positive(t, routes[route], "no compliant key is %s", route)
+	}
 }

@@ -39,7 +39,11 @@
 //   - compliance (Conforms): traffic below a stated fraction of the limit is
 //     never refused, across outages included, as far as the requests, at the
 //     times they were decided, conform to the same algorithm at that
-//     fraction of the rate and burst.
+//     fraction of the rate and burst; except where Redis is failing
+//     (counted apart) and, for a stream pinned, hopping or in bursts,
+//     decisions made degraded, where each node holds one over the fleet of
+//     the limit and cannot know what the others admit. Each decision left
+//     out is counted by why (Result.Excluded).
 //   - the ledger: after quiescence Redis holds what the fleet admitted, or
 //     the nodes' Stats().Reconcile.LostSpend (or a failed Close) accounts for
 //     the rest. ledger.go alone knows how Redis records spend.

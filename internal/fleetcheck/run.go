@@ -171,21 +171,10 @@ func Run(t testing.TB, sc *Scenario) *Record {
 	open := make([]bool, len(sc.Nodes))
 	decided := make([][]Decision, len(sc.Nodes))
 	watches := make([]roundWatch, len(sc.Nodes))
-	// The nodes that start together are a fleet deployed at once, which
-	// sets FleetSize to its size, as docs/accuracy.md advises: before every
-	// one of them has sent its first heartbeat, each would otherwise divide
-	// by the fleet it has seen so far. Nodes that join later do not know of
-	// it beyond that floor.
-	together := 0
-	for _, n := range sc.Nodes {
-		if n.Join == 0 {
-			together++
-		}
-	}
 	startNode := func(i int) {
 		nr := &rec.Nodes[i]
 		cfg := hybrid.Config{Prefix: ledgerPrefix, Mode: sc.Mode, SyncInterval: sc.Interval, Fallback: sc.Fallback, Ledger: true,
-			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, ActiveWindow: sc.ActiveWindow, Node: nr.Name, FleetSize: together,
+			RedisTimeout: redisTimeout, BreakerOpenFor: breakerOpenFor, MaxKeys: sc.MaxKeys, ActiveWindow: sc.ActiveWindow, Node: nr.Name, FleetSize: sc.FleetSize,
 			Logger:  logger.With("node", i),
 			OnRound: watches[i].observe}
 		if clientsOf[i] != nil {

@@ -33,6 +33,11 @@ type Scenario struct {
 	Requests []Request
 	// RTT is the round-trip allowance the bound is given.
 	RTT time.Duration
+	// FleetSize is Config.FleetSize: the number of nodes that start
+	// together (a fleet deployed at once, as docs/accuracy.md advises), or
+	// now and then zero (the README's example sets none), which the
+	// protocol promises to keep within the bound too.
+	FleetSize int
 }
 
 // Span is when a node is up: made (hybrid.New) at Join, closed at Leave. A
@@ -92,8 +97,13 @@ type Key struct {
 	Limits  []limit.Limit
 	Pattern Pattern
 	// Fraction is, for Compliant keys, the fraction of every limit the
-	// traffic conforms to (see Conforms).
+	// traffic conforms to (see Conforms), and Route how it reaches the
+	// nodes: "spread" (each request to the next node), "pinned" (one
+	// client on one node), "hopping" (all on one node, moving to the next
+	// every 50 to 200 ms) or "bursty" (bursts at one instant, each on a
+	// node drawn at random).
 	Fraction  float64
+	Route     string
 	MaxWeight int64
 }
 
@@ -121,7 +131,7 @@ const decisionBudget = 4000
 
 // Generate draws a scenario from seed.
 func Generate(seed int64) *Scenario {
-	g := &gen{rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed_f1ee7)), sc: &Scenario{Seed: seed}}
+	g := &gen{rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed_f1ee7)), aux: rand.New(rand.NewPCG(uint64(seed), 0xa0c5)), sc: &Scenario{Seed: seed}}
 	g.config()
 	g.keys()
 	slices.SortStableFunc(g.sc.Requests, func(a, b Request) int {
@@ -137,7 +147,11 @@ func Generate(seed int64) *Scenario {
 }
 
 type gen struct {
-	rng    *rand.Rand
+	rng *rand.Rand
+	// aux draws what was added to the generator later (a compliant
+	// stream's route, FleetSize), so that every scenario drawn before keeps
+	// its other draws.
+	aux    *rand.Rand
 	sc     *Scenario
 	budget float64 // decisions left to offer
 	rr     []int   // per key: the next node in turn
@@ -220,6 +234,13 @@ func (g *gen) config() {
 		sc.ActiveWindow = time.Duration(g.pick(200, 300, 500)) * time.Millisecond
 	}
 	g.budget = decisionBudget * sc.Duration.Seconds()
+	if g.aux.IntN(100) >= 30 {
+		for _, n := range sc.Nodes {
+			if n.Join == 0 {
+				sc.FleetSize++
+			}
+		}
+	}
 }
 
 // present reports whether node i is up at at.
@@ -509,8 +530,56 @@ func (g *gen) compliantKey(name string) {
 		// spacing cannot stay under it in every window.
 		l.Rate = int64(math.Ceil(20 / f))
 	}
-	k := g.addKey(Key{Name: name, Limits: []limit.Limit{l}, Pattern: Compliant, Fraction: f, MaxWeight: n})
-	g.stream(0, g.sc.Duration, 0.6*f*perSecond(l)/float64(n), func(at time.Duration) { g.even(at, k, n) })
+	route := []string{"spread", "pinned", "hopping", "bursty"}[g.aux.IntN(4)]
+	if route == "bursty" && l.Algorithm == limit.LeakyBucket {
+		route = "pinned" // a meter admits no burst: one request at a time
+	}
+	k := g.addKey(Key{Name: name, Limits: []limit.Limit{l}, Pattern: Compliant, Fraction: f, Route: route, MaxWeight: n})
+	sc := g.sc
+	rate := 0.6 * f * perSecond(l) / float64(n)
+	switch route {
+	case "spread":
+		g.stream(0, sc.Duration, rate, func(at time.Duration) { g.even(at, k, n) })
+	case "pinned":
+		// One client on one node: one that stays the whole run, or now and
+		// then one that joins late, from its first moments.
+		home, from := 0, time.Duration(0)
+		for i, nd := range sc.Nodes {
+			if nd.Join > 0 && g.aux.IntN(2) == 0 {
+				home, from = i, nd.Join+10*time.Millisecond
+				break
+			}
+		}
+		g.stream(from, sc.Duration, rate, func(at time.Duration) { g.emit(at, home, k, n) })
+	case "hopping":
+		hop := time.Duration([]int{50, 100, 200}[g.aux.IntN(3)]) * time.Millisecond
+		g.stream(0, sc.Duration, rate, func(at time.Duration) {
+			if nodes := g.presentAt(at); len(nodes) > 0 {
+				g.emit(at, nodes[int(at/hop)%len(nodes)], k, n)
+			}
+		})
+	case "bursty":
+		// Bursts at one instant, each of 60% of the fraction's capacity (a
+		// bucket) or 40% of its count (a window: one burst in a window and
+		// one in the window before), each on a node drawn at random, as far
+		// apart as the fraction refills them.
+		size := int64(0.6 * f * float64(l.Capacity()))
+		gap := time.Duration(float64(size) / (0.6 * f * perSecond(l)) * float64(time.Second))
+		if !l.Algorithm.IsBucket() {
+			size, gap = int64(0.4*f*float64(l.Rate)), 2*l.Period
+		}
+		size, gap = max(size, n), max(gap, 10*time.Millisecond)
+		count := max(size/n, 1)
+		g.stream(0, sc.Duration, rate, func(time.Duration) {}) // the draws a spread stream makes, so later keys draw as before
+		for at := time.Duration(g.aux.Int64N(int64(gap) + 1)); at < sc.Duration; at += gap + time.Millisecond {
+			if nodes := g.presentAt(at); len(nodes) > 0 {
+				node := nodes[g.aux.IntN(len(nodes))]
+				for range count {
+					g.emit(at, node, k, n)
+				}
+			}
+		}
+	}
 }
 
 // churnKeys adds many keys with small limits, each touched again and again
@@ -589,6 +658,9 @@ func (sc *Scenario) Shapes() []string {
 			break
 		}
 	}
+	if sc.FleetSize == 0 && sc.Mode != hybrid.LocalOnly {
+		add("no-fleet-size")
+	}
 	if sc.MaxKeys > 0 {
 		add(fmt.Sprintf("max-keys-%d", sc.MaxKeys))
 	}
@@ -614,6 +686,9 @@ func (sc *Scenario) String() string {
 	}
 	if sc.ActiveWindow > 0 {
 		fmt.Fprintf(&b, ", ActiveWindow %v", sc.ActiveWindow)
+	}
+	if sc.FleetSize == 0 && sc.Mode != hybrid.LocalOnly {
+		b.WriteString(", no FleetSize")
 	}
 	counts := map[Pattern]int{}
 	for _, k := range sc.Keys {

@@ -2,6 +2,7 @@ package fleetcheck
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -29,14 +30,38 @@ type Tally struct {
 	Kinds              map[string]int // violations by kind
 	Failures           []string       // one line per failed scenario
 	Took               time.Duration
+	// Shapes counts the scenarios drawing on each shape, mode, fault and
+	// change of the fleet (Scenario.Shapes); Routes the compliant streams
+	// of each route and CompliantBy their decisions checked; Excluded the
+	// decisions of compliant streams left out, by why.
+	Shapes, Routes, CompliantBy, Excluded map[string]int
+	// OverForgotten counts the churning keys over the bound after the
+	// nodes forgot evictions (Result.OverForgotten), reported apart.
+	OverForgotten int
 }
 
 // Add counts one scenario's result, which took took.
 func (t *Tally) Add(r *Result, took time.Duration) {
 	if t.WorstBy == nil {
 		t.WorstBy, t.ViolatedBy, t.WorstFault, t.Kinds = map[string]Excess{}, map[string]int{}, map[string]Excess{}, map[string]int{}
+		t.Shapes, t.Routes, t.CompliantBy, t.Excluded = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	}
 	sc := r.Scenario
+	for _, s := range sc.Shapes() {
+		t.Shapes[s]++
+	}
+	for _, k := range sc.Keys {
+		if k.Pattern == Compliant {
+			t.Routes[k.Route]++
+		}
+	}
+	for k, v := range r.CompliantBy {
+		t.CompliantBy[k] += v
+	}
+	for k, v := range r.Excluded {
+		t.Excluded[k] += v
+	}
+	t.OverForgotten += r.OverForgotten
 	t.Scenarios++
 	t.Took += took
 	t.Series += r.Series
@@ -95,6 +120,32 @@ func (t *Tally) String() string {
 	fmt.Fprintf(&b, "  largest excess over the bound: %v\n", t.Worst)
 	fmt.Fprintf(&b, "  refusals of compliant traffic: %d of %d decisions, in %d scenarios %v\n", t.Refused, t.Compliant, len(t.RefusedSeeds), t.RefusedSeeds)
 	fmt.Fprintf(&b, "  compliant streams the driver delivered late enough to stop conforming (checked up to there): %d\n", t.NotConforming)
+	b.WriteString("  scenarios drawing on each mode, fault/fallback, shape and change of the fleet:\n")
+	for _, k := range slices.Sorted(maps.Keys(t.Shapes)) {
+		fmt.Fprintf(&b, "    %-28s %d\n", k, t.Shapes[k])
+	}
+	excluded := 0
+	for k, v := range t.Excluded {
+		if !strings.HasPrefix(k, "bound: ") {
+			excluded += v
+		}
+	}
+	fmt.Fprintf(&b, "  compliant streams by route (streams, decisions checked): ")
+	for i, k := range slices.Sorted(maps.Keys(t.Routes)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d, %d", k, t.Routes[k], t.CompliantBy[k])
+	}
+	fmt.Fprintf(&b, "\n  compliant decisions left out: %d of %d", excluded, excluded+t.Compliant)
+	for _, k := range slices.Sorted(maps.Keys(t.Excluded)) {
+		if !strings.HasPrefix(k, "bound: ") {
+			fmt.Fprintf(&b, "; %s: %d", k, t.Excluded[k])
+		}
+	}
+	fmt.Fprintf(&b, "\n  the bound: %d admissions left out of its windows (made degraded under FailOpen, by definition); %d churning keys over it after forgotten evictions, reported apart",
+		t.Excluded["bound: admitted degraded under FailOpen (by definition)"], t.OverForgotten)
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "  Redis's record of spend: %d records checked, %d that today's state cannot tell; wrong in %d scenarios %v\n", t.LedgerChecked, t.LedgerUnknown, len(t.LedgerSeeds), t.LedgerSeeds)
 	var kinds []string
 	for k, n := range t.Kinds {

@@ -18,16 +18,16 @@ var (
 // fixedSeeds cover the shapes in a handful of scenarios (see Scenario.String
 // for what each holds).
 var fixedSeeds = []int64{
-	4,  // async, kill/conservative, hot node, stale shares, compliant, key churn
-	7,  // async, kill/fail-open, hot node, several limits on one key, weighted, key churn
+	4,  // async, kill/conservative, no FleetSize, hot node, stale shares, compliant hopping, key churn
+	7,  // async, kill/fail-open, no FleetSize, hot node, several limits on one key, weighted, key churn
 	2,  // sync, pause/fail-closed, stale shares, compliant, key churn, idle keys
 	9,  // local only, MaxKeys 64: key churn, idle keys, weighted, compliant
-	22, // async, 8 nodes, pause/fail-closed, stale shares, migrating traffic, several limits, compliant
-	18, // async, slow (+100 ms)/conservative, weighted, several limits, compliant, nodes joining and leaving
+	22, // async, 8 nodes, pause/fail-closed, stale shares, migrating traffic, several limits, compliant bursts
+	18, // async, slow (+100 ms)/conservative, weighted, several limits, compliant bursts, nodes joining and leaving
 	25, // async, 8 nodes, ActiveWindow 200 ms, stale shares, weighted, the log refused
-	21, // async, pause/conservative, on-off bursts, weighted, several limits, compliant
+	21, // async, pause/conservative, on-off bursts, weighted, several limits, compliant hopping
 	// async, 2 nodes, pause/fail-open, MaxKeys 128, ActiveWindow 300 ms, idle
-	// 1/h keys: a contest restarted once its records were merely quiet for
+	// 1/h keys, compliant bursts: a contest restarted once its records were merely quiet for
 	// the active window, while nodes still held their splits (2 admitted
 	// against a bound of 1.5)
 	20261138,

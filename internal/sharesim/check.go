@@ -1,13 +1,13 @@
 package sharesim
 
 import (
+	"cmp"
 	"fmt"
-
-	"github.com/hybridlimit/hybridlimit/clock"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/internal/fleetcheck"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
@@ -27,22 +27,22 @@ type Result struct {
 	Violations []string
 	Ops, Beats int64
 	Decisions  int
+	// Coverage is what the scenario sent and what the checks judged.
+	Coverage Coverage
+	// Classes names the kind of each violation, for counting failures by
+	// class over a search: "bound: hopping", "compliance: sticky, around a
+	// join", "error".
+	Classes []string
+}
+
+func (r *Result) class(c string) {
+	if !slices.Contains(r.Classes, c) {
+		r.Classes = append(r.Classes, c)
+	}
 }
 
 // Failed reports whether the run broke a promise.
 func (r *Result) Failed() bool { return len(r.Violations) > 0 }
-
-// BoundKept reports whether every violation, if any, is of compliance (a
-// refusal or a late admission of traffic an exact limiter admits): the
-// bound, the ledger and the protocol's own checks held.
-func (r *Result) BoundKept() bool {
-	for _, v := range r.Violations {
-		if !strings.HasPrefix(v, "compliance: ") {
-			return false
-		}
-	}
-	return true
-}
 
 func (r *Result) violate(format string, args ...any) {
 	r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
@@ -74,17 +74,25 @@ func (r *Result) Summary() string {
 // change of the fleet, and the time the fleet takes to settle after it.
 type span struct {
 	from, to time.Duration
-	wipes    int           // the store lost its data
-	step     time.Duration // a node's clock stepped by this much
+	// what names the disturbance (a fault's kind, "join", "start",
+	// "leave", "crash", "pause", "clock step"); judged says compliance is
+	// still judged within it: a node joining, a fleet starting together and
+	// a node leaving gracefully are part of a healthy fleet's life, and a
+	// compliant client may not pay for them (the bound still gets their
+	// terms).
+	what   string
+	judged bool
+	wipes  int           // the store lost its data
+	step   time.Duration // a node's clock stepped by this much
 	// cut: a node cut off from the store while the others reach it: it
 	// decides degraded in one over the fleet while the others, once its
 	// grants have lapsed, divide the rest (a rate, over the cut).
 	cut bool
 	// change is the capacity a change of the fleet may count twice, as a
 	// fraction of the limit's: one even split ((N−1)/N) for a node joining,
-	// leaving or a fault that makes every node decide in one over the
-	// fleet; H(N)−1 for a fleet that starts together, each node seeing the
-	// fleet as it was at its first heartbeat.
+	// leaving, a fleet starting together (with or without FleetSize: the
+	// protocol promises it) or a fault that makes every node decide in one
+	// over the fleet.
 	change float64
 }
 
@@ -101,15 +109,15 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 	store := openFor + sc.ActiveWindow + sc.Lease + refill + rounds
 	n := float64(len(sc.Nodes))
 	var out []span
-	add := func(from, to, settle time.Duration, wipes int, step time.Duration) {
-		out = append(out, span{from: from - before, to: to + settle, wipes: wipes, step: step, change: (n - 1) / n})
+	add := func(what string, from, to, settle time.Duration, wipes int, step time.Duration) {
+		out = append(out, span{what: what, from: from - before, to: to + settle, wipes: wipes, step: step, change: (n - 1) / n})
 	}
 	for _, f := range sc.Faults {
 		wipes := 0
 		if f.Kind == Kill || f.Kind == Flush || f.Kind == Evict {
 			wipes = 1
 		}
-		add(f.From, f.To, store, wipes, 0)
+		add("store "+f.Kind.String(), f.From, f.To, store, wipes, 0)
 		if f.Kind == Partition {
 			out[len(out)-1].cut = true
 		}
@@ -121,50 +129,47 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 		}
 	}
 	if starting > 1 {
-		// Each node decides in one over the fleet it saw at its first
-		// heartbeat until its next: the first alone, the second of two...
-		// and a contest made meanwhile counts none of it.
-		add(0, 0, rounds, 0, 0)
-		out[len(out)-1].change = harmonic(starting)
+		// A fleet started together is one change of the fleet, as
+		// accuracy.md's bound counts it, with or without FleetSize: the
+		// protocol promises it stays within that.
+		add("start", 0, 0, rounds, 0, 0)
+		out[len(out)-1].judged = true
 	}
 	for _, n := range sc.Nodes {
 		if n.Join > 0 {
-			add(n.Join, n.Join, rounds, 0, 0)
+			add("join", n.Join, n.Join, rounds, 0, 0)
+			out[len(out)-1].judged = true
 		}
 		if n.Leave < sc.Duration {
 			settle := sc.ActiveWindow + rounds // the others divide by as many as they saw
+			what := "leave"
 			if n.Crash {
 				settle = 2*sc.ActiveWindow + sc.Lease + rounds
+				what = "crash"
 			}
-			add(n.Leave, n.Leave, settle, 0, 0)
+			add(what, n.Leave, n.Leave, settle, 0, 0)
+			out[len(out)-1].judged = !n.Crash
 		}
 		for _, p := range n.Pauses {
-			add(p.From, p.To, rounds+sc.Lease, 0, 0)
+			add("node pause", p.From, p.To, rounds+sc.Lease, 0, 0)
 		}
 		if n.Step != 0 {
 			// A step below the offset's step threshold is slewed away, at
 			// 5% at most: the node's clock stays off that long.
-			add(n.StepAt, n.StepAt, rounds+time.Duration(float64(abs(n.Step))/clock.DefaultMaxSlew), 0, n.Step)
+			add("clock step", n.StepAt, n.StepAt, rounds+time.Duration(float64(abs(n.Step))/clock.DefaultMaxSlew), 0, n.Step)
 		}
 	}
 	return out
-}
-
-// harmonic is 1 + 1/2 + ... + 1/n.
-func harmonic(n int) float64 {
-	h := 0.0
-	for i := 1; i <= n; i++ {
-		h += 1 / float64(i)
-	}
-	return h
 }
 
 // Check holds rec to the promises.
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
 	res := &Result{Scenario: sc, Worst: -1e18, Ops: rec.Ops, Beats: rec.Beats, Decisions: len(rec.Decisions)}
+	res.Coverage.sent(sc)
 	for _, e := range rec.Errors {
 		res.violate("error: %s", e)
+		res.class("error")
 	}
 	type series struct{ key, li int }
 	by := map[series][]Decision{}
@@ -188,6 +193,7 @@ func Check(rec *Record) *Result {
 		res.bound(sc, s.key, s.li, ds)
 		res.compliance(sc, s.key, s.li, ds)
 	}
+	res.Coverage.Series, res.Coverage.Windows = res.Series, res.Windows
 	return res
 }
 
@@ -270,6 +276,7 @@ func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
 			}
 			if excess > 0 {
 				r.violate("bound: %s [%v] (%v): %d admitted within %v from %v, bound %.1f (%+.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound, excess)
+				r.class(fmt.Sprintf("bound: %v%s", key.Routing, meets(spans, from, to)))
 				return
 			}
 		}
@@ -283,58 +290,201 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-// compliance checks that traffic an exact limiter admits whole is admitted
-// whole, each request within AskWait, wherever it lands, outside the spans
-// around faults and changes of the fleet.
+// compliance judges one series on the other side of the promise: traffic
+// an exact limiter admits whole is admitted whole, each request within
+// AskWait.
+//
+// The standard is one exact limiter of the series' limit fed every request
+// at the time the node that took it read its estimate of the store's clock
+// (Decision.Seen: what the node's engine charged it at, which the
+// simulation knows exactly, skew and the estimate's error included), in
+// that order. No margin: a burst of the whole capacity sent to one node at
+// one instant is seen at one instant and judged exactly. A request the
+// exact limiter refuses is over the limit, and so is every request of the
+// series within a refill after it (the fleet may have admitted what the
+// exact limiter refused, as the bound lets it, and owes it back); the exact
+// limiter charges what the fleet admitted beyond it.
+//
+// The one tolerance in what is judged is the wait, at the edge of the
+// limit: a request that finds its node's share short waits up to AskWait
+// for room, and a request over the limit that arrives meanwhile on a node
+// that still holds some takes it. Which of the two an exact limiter admits
+// depends on their order; which one a fleet of shares admits depends on
+// where the room is. So requests within AskWait (and a millisecond, the
+// answer's trip) before a request the exact limiter refuses are not judged:
+// traffic that stays within the limit has no such edge. Requests sent within a
+// disturbance that is not part of a healthy fleet's life (a fault of the
+// store, a node partitioned, paused, crashed, its clock stepped) are fed to
+// the standard but not judged. Joins, a fleet starting together and
+// graceful leaves are judged.
+//
+// The one tolerance is the wait: a request is late when it was decided
+// more than AskWait after the node first took it, plus a millisecond for
+// the reply's trip back from the store (the longest hop, spikes included,
+// is under 2 ms; the answer's trip is half a round trip). The time a
+// request spent before its node's first heartbeat (a node that has just
+// joined cannot decide yet) is not counted.
 func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 	key := sc.Keys[k]
 	lim := key.Limits[li]
-	// The traffic as sent, in send order.
-	sent := slices.Clone(ds)
-	slices.SortStableFunc(sent, func(a, b Decision) int {
-		if a.Sent != b.Sent {
-			return int(a.Sent - b.Sent)
+	seen := slices.Clone(ds)
+	slices.SortStableFunc(seen, func(a, b Decision) int {
+		switch {
+		case a.Seen != b.Seen:
+			return cmp.Compare(a.Seen, b.Seen)
+		case a.Sent != b.Sent:
+			return cmp.Compare(a.Sent, b.Sent)
 		}
 		return a.Req - b.Req
 	})
-	reqs := make([]fleetcheck.Timed, len(sent))
-	for i, d := range sent {
-		reqs[i] = fleetcheck.Timed{Unix: base + int64(d.Sent), N: d.N}
-	}
-	if !conforms(lim, reqs, margin) {
-		return
-	}
 	spans := disturbed(sc, refillOf(lim))
-	refused, late := 0, 0
-	first := ""
-	for _, d := range sent {
-		quiet := true
+	refill := refillOf(lim)
+	// The standard's verdict on each request, in the order seen, and the
+	// times of those it refuses.
+	std := newExact(lim)
+	conform := make([]bool, len(seen))
+	room := make([]float64, len(seen)) // the standard's room left after each
+	var overs []time.Duration
+	for i, d := range seen {
+		conform[i] = std.admit(base+int64(d.Seen), d.N)
+		room[i] = std.room(base + int64(d.Seen))
+		if !conform[i] {
+			overs = append(overs, d.Seen)
+			if d.Allowed {
+				std.charge(base+int64(d.Seen), d.N)
+			}
+		}
+	}
+	edge := sc.AskWait + time.Millisecond
+	judged := make(map[int]bool, len(seen)) // by request
+	refused, late, n := 0, 0, 0
+	first, class := "", ""
+	cov := &r.Coverage
+	for i, d := range seen {
+		// The first request over the limit at or after this one, and the
+		// last before it.
+		j, _ := slices.BinarySearch(overs, d.Seen)
+		switch {
+		case !conform[i] || j > 0 && d.Seen < overs[j-1]+refill:
+			cov.exclude("over the limit (an exact limiter refuses it, or one within a refill before it)")
+			continue
+		case j < len(overs) && overs[j] <= d.Seen+edge:
+			cov.exclude("at the edge of the limit (within AskWait before a request over it)")
+			continue
+		}
+		why := ""
 		for _, sp := range spans {
-			if d.Sent >= sp.from && d.Sent <= sp.to {
-				quiet = false
+			if !sp.judged && d.Sent >= sp.from && d.Sent <= sp.to {
+				why = sp.what
 				break
 			}
 		}
-		if !quiet {
+		if why != "" {
+			cov.exclude(why)
 			continue
 		}
-		r.Compliant++
+		n++
+		judged[d.Req] = true
 		switch {
 		case !d.Allowed:
 			refused++
-		case d.At-d.Sent > sc.AskWait+time.Millisecond:
+		case d.At-d.First > sc.AskWait+time.Millisecond:
 			late++
 		default:
 			continue
 		}
 		if first == "" {
-			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %d)", d.Node, d.Sent.Round(time.Millisecond), map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.Sent, d.Source)
+			var prev *Decision
+			if i > 0 {
+				prev = &seen[i-1]
+			}
+			class = "compliance: " + circumstance(sc, lim, d, prev, refill, room[i])
+			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %v%s)", d.Node, d.Sent.Round(time.Microsecond),
+				map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.First, d.Source, near(spans, d.Sent))
 		}
 	}
+	cov.judge(sc, key, lim, ds, judged, n, refused+late)
+	r.Compliant += n
 	r.Refused += refused
 	r.Late += late
 	if refused > 0 || late > 0 {
-		r.violate("compliance: %s [%v] (%v, fraction %.2f, weight %d): %d refused, %d waited past AskWait, of %d; first: %s",
-			key.Name, lim, key.Routing, key.Fraction, key.Weight, refused, late, len(sent), first)
+		r.violate("compliance: %s [%v] (%v, fraction %.2f, weight %d): %d refused, %d waited past AskWait, of %d judged; first: %s; %s",
+			key.Name, lim, key.Routing, key.Fraction, key.Weight, refused, late, n, first, strings.TrimPrefix(class, "compliance: "))
+		r.class(class)
 	}
+}
+
+// circumstance describes what a failing request of compliant traffic met,
+// for counting failures by class: FleetSize set with a node joining late
+// (the store reserves its even split until it joins the key's contest), a
+// fleet started together without FleetSize, a pooled key (one request
+// weighs more than an even split), the limit's last room (less than one
+// request left after it in the exact limiter), demand that came from
+// another node within a refill, or demand on one node; and what the store
+// last answered the node's asks on the key.
+func circumstance(sc *Scenario, lim limit.Limit, d Decision, prev *Decision, refill time.Duration, room float64) string {
+	var what string
+	starting := 0
+	late := false
+	for _, nd := range sc.Nodes {
+		if nd.Join == 0 {
+			starting++
+		}
+		late = late || nd.Join > 0
+	}
+	n := int64(len(sc.Nodes))
+	switch {
+	case sc.FleetSize > 0 && late:
+		what = "FleetSize set, a node joining late"
+	case sc.FleetSize == 0 && starting > 1 && d.Sent < 3*sc.Interval+callTimeout+sc.AskWait:
+		what = "a fleet started together without FleetSize"
+	case d.N*n > lim.Capacity():
+		what = "a pooled key (a request heavier than an even split)"
+	case room < 1:
+		what = "the limit's last room (under a request left after it)"
+	case prev != nil && prev.Node != d.Node && d.Seen-prev.Seen < refill:
+		what = "demand moving between nodes"
+	default:
+		what = "demand on one node"
+	}
+	switch {
+	case d.Allowed:
+		what += ", admitted past AskWait"
+	case d.Source == Local:
+		what += ", refused by the node alone"
+	case d.Asked:
+		what += ", refused after the store answered " + d.Told.String()
+	default:
+		what += ", refused at the end of AskWait"
+	}
+	return what
+}
+
+// meets names the disturbances a window from from to to meets, if any.
+func meets(spans []span, from, to time.Duration) string {
+	var whats []string
+	for _, sp := range spans {
+		if sp.to >= from && sp.from <= to && !slices.Contains(whats, sp.what) {
+			whats = append(whats, sp.what)
+		}
+	}
+	if len(whats) == 0 {
+		return ", with no disturbance"
+	}
+	slices.Sort(whats)
+	return ", meeting " + strings.Join(whats, ", ")
+}
+
+// near names the judged changes of the fleet around at, if any.
+func near(spans []span, at time.Duration) string {
+	var whats []string
+	for _, sp := range spans {
+		if sp.judged && at >= sp.from && at <= sp.to && !slices.Contains(whats, sp.what) {
+			whats = append(whats, sp.what)
+		}
+	}
+	if len(whats) == 0 {
+		return ""
+	}
+	return ", around a " + strings.Join(whats, ", a ")
 }

@@ -1,69 +1,111 @@
 package sharesim
 
 import (
-	"time"
-
-	"github.com/hybridlimit/hybridlimit/internal/fleetcheck"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
-// margin is how far the checker lets a node's view of a request's time
-// stray from the store's: the network's jitter between the nodes and the
-// store, and the alignment of their clocks. Compliant traffic is traffic
-// one exact limiter admits whole even with each request's time off by
-// margin, either way: no distributed limiter can tell two requests apart in
-// time more finely than it knows their times.
-const margin = 2 * time.Millisecond
+// exact is one exact limiter of a limit, the standard compliance is judged
+// against: fed a series' requests in the order of the times they were judged
+// at, it admits a request when a single limiter holding the whole limit
+// would, and then charges it. Its rules are fleetcheck.Conforms's at the
+// fraction 1 (the GCRA for the token bucket, the meter for the leaky bucket,
+// windows aligned to the Unix epoch for the window counters). The zero value
+// is not usable: use newExact.
+type exact struct {
+	lim limit.Limit
+	// The buckets: the emission interval and the tolerance (ns), and the
+	// theoretical arrival time.
+	t, tau, tat float64
+	started     bool
+	// The window counters: the window last seen and the weight in it and in
+	// the one before.
+	win       int64
+	cur, prev float64
+}
 
-// conforms reports whether reqs (in send order) conform to lim with margin
-// m: every request admitted by one exact limiter of lim's algorithm even
-// when its time is off by up to m.
-func conforms(lim limit.Limit, reqs []fleetcheck.Timed, m time.Duration) bool {
-	if len(reqs) == 0 {
-		return true
+func newExact(lim limit.Limit) *exact {
+	e := &exact{lim: lim}
+	if lim.Algorithm.IsBucket() {
+		// In whole nanoseconds, as the library computes them.
+		e.t = float64(lim.Interval())
+		e.tau = float64(lim.Tolerance())
 	}
-	switch lim.Algorithm {
+	return e
+}
+
+// eps absorbs float rounding (ns), far below any clock's resolution.
+const eps = 1e-3
+
+// admit reports whether the exact limiter admits n at unix (ns, the store's
+// clock), charging it if so.
+func (e *exact) admit(unix, n int64) bool {
+	// The buckets count from the scenario's start: at Unix ns, a float64
+	// resolves only 256 ns.
+	now := float64(unix - base)
+	switch e.lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		t := float64(lim.Period) / float64(lim.Rate)
-		tau := float64(lim.Capacity()) * t
-		tat := float64(reqs[0].Unix) - 1e18
-		for _, r := range reqs {
-			now := float64(r.Unix)
-			start := max(tat, now)
-			cost := float64(r.N) * t
-			if lim.Algorithm == limit.TokenBucket && start+cost-now > tau-float64(m)+1e-6 {
-				return false
-			}
-			if lim.Algorithm == limit.LeakyBucket && start > now-float64(m)+1e-6 {
-				return false
-			}
-			tat = start + cost
+		if !e.started {
+			e.tat, e.started = now, true // a full bucket
 		}
+		start := max(e.tat, now)
+		cost := float64(n) * e.t
+		if e.lim.Algorithm == limit.TokenBucket && start+cost-now > e.tau+eps {
+			return false
+		}
+		if e.lim.Algorithm == limit.LeakyBucket && (start > now+eps || n > e.lim.Capacity()) {
+			return false
+		}
+		e.tat = start + cost
 		return true
-	case limit.FixedWindow:
-		p := int64(lim.Period)
-		counts := map[int64]int64{}
-		for _, r := range reqs {
-			for w := (r.Unix - int64(m)) / p; w <= (r.Unix+int64(m))/p; w++ {
-				counts[w] += r.N
-				if counts[w] > lim.Rate {
-					return false
-				}
-			}
+	case limit.FixedWindow, limit.SlidingWindowCounter:
+		p := int64(e.lim.Period)
+		w := unix / p
+		switch {
+		case !e.started:
+			e.win, e.started = w, true
+		case w == e.win+1:
+			e.prev, e.cur, e.win = e.cur, 0, w
+		case w > e.win+1:
+			e.prev, e.cur, e.win = 0, 0, w
 		}
-		return true
-	case limit.SlidingWindowCounter:
-		for _, shift := range []time.Duration{-m, m} {
-			shifted := make([]fleetcheck.Timed, len(reqs))
-			for i, r := range reqs {
-				shifted[i] = fleetcheck.Timed{Unix: r.Unix + int64(shift), N: r.N}
-			}
-			if ok, _, _ := fleetcheck.Conforms(lim, 1, shifted); !ok {
-				return false
-			}
+		used := e.cur
+		if w == e.win && e.lim.Algorithm == limit.SlidingWindowCounter {
+			used += e.prev * float64(p-(unix-w*p)) / float64(p)
 		}
+		if w < e.win {
+			// Judged times are in order; a request behind the window seen
+			// cannot be placed: not admitted, so not judged.
+			return false
+		}
+		if used+float64(n) > float64(e.lim.Rate)+eps {
+			return false
+		}
+		e.cur += float64(n)
 		return true
 	}
-	ok, _, _ := fleetcheck.Conforms(lim, 1, reqs)
-	return ok
+	return false
+}
+
+// room is what the exact limiter has left at unix, in requests of weight 1.
+func (e *exact) room(unix int64) float64 {
+	if e.lim.Algorithm.IsBucket() {
+		return (e.tau - (e.tat - float64(unix-base))) / e.t
+	}
+	used := e.cur
+	if p := int64(e.lim.Period); e.lim.Algorithm == limit.SlidingWindowCounter && unix/p == e.win {
+		used += e.prev * float64(p-(unix-e.win*p)) / float64(p)
+	}
+	return float64(e.lim.Rate) - used
+}
+
+// charge charges n at unix whether or not the limit has room: what the
+// fleet admitted beyond the exact limiter, which it owes back.
+func (e *exact) charge(unix, n int64) {
+	if e.lim.Algorithm.IsBucket() {
+		e.tat = max(e.tat, float64(unix-base)) + float64(n)*e.t
+		return
+	}
+	if unix/int64(e.lim.Period) == e.win {
+		e.cur += float64(n)
+	}
 }

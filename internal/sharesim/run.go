@@ -38,16 +38,31 @@ const (
 	Degraded               // under the fallback: the store out of reach
 )
 
+// String names the source: "local", "remote" or "degraded".
+func (s Source) String() string { return [...]string{"local", "remote", "degraded"}[s] }
+
 // Decision is one request decided under one of its key's limits.
 type Decision struct {
-	Req     int // index in Scenario.Requests
-	Limit   int // index in the key's Limits
-	Node    int
-	Sent    time.Duration // when the request arrived
+	Req   int // index in Scenario.Requests
+	Limit int // index in the key's Limits
+	Node  int
+	Sent  time.Duration // when the request arrived
+	// Seen is when the node first decided it by its own estimate of the
+	// store's clock (which the simulation knows exactly): the time the
+	// node's engine charged it at. Compliance is judged on it.
+	Seen time.Duration
+	// First is when the node first decided it (the simulation's time): a
+	// request that reached a node before its first heartbeat waits for it.
+	First   time.Duration
 	At      time.Duration // when it was decided
 	N       int64
 	Allowed bool
 	Source  Source
+	// Told is what the store last answered the node's ops on the key and
+	// limit before the decision, if it asked (Asked): for telling failures
+	// apart.
+	Told  share.Outcome
+	Asked bool
 }
 
 // Record is what a run produced.
@@ -61,6 +76,9 @@ type Record struct {
 	Stats []protocol.Stats
 	// Errors are unexpected errors of a decision.
 	Errors []string
+	// Trace is, in a run made by RunTraced, every op, answer, call heard
+	// and decision of the traced key, one line each.
+	Trace []string
 }
 
 // event is something that happens at a time.
@@ -102,6 +120,23 @@ type sim struct {
 	down, paused bool
 	latency      time.Duration
 	held         []func() // calls held while the store is paused
+	traced       string   // the key whose story the run records (RunTraced)
+}
+
+// RunTraced plays sc on the Go model, as Run does, recording in the
+// record's Trace the story of the key named key: each op a node sent and
+// what the store answered, each call a node heard, each decision.
+func RunTraced(sc *Scenario, key string) *Record {
+	m := storemodel.New(share.Duration(sc.ActiveWindow))
+	return runOn(sc, ModelStore{m}, key)
+}
+
+// trace records a line of the traced key's story.
+func (s *sim) trace(key string, format string, args ...any) {
+	if s.traced == "" || key != s.traced {
+		return
+	}
+	s.rec.Trace = append(s.rec.Trace, fmt.Sprintf("%12v ", s.now.Round(time.Microsecond))+fmt.Sprintf(format, args...))
 }
 
 // Store is the store's side the nodes call: the Go model, or in the
@@ -138,8 +173,10 @@ func Run(sc *Scenario) *Record {
 }
 
 // RunOn plays sc against store and returns its record.
-func RunOn(sc *Scenario, store Store) *Record {
-	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)), store: store, rec: &Record{Scenario: sc}}
+func RunOn(sc *Scenario, store Store) *Record { return runOn(sc, store, "") }
+
+func runOn(sc *Scenario, store Store, traced string) *Record {
+	s := &sim{sc: sc, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x513ed)), store: store, rec: &Record{Scenario: sc}, traced: traced}
 	for i := range sc.Nodes {
 		s.nodes = append(s.nodes, &node{s: s, idx: i, id: fmt.Sprintf("n%d", i), spec: sc.Nodes[i]})
 		nd := s.nodes[i]
@@ -237,6 +274,7 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 					if nd.cut || !nd.ready {
 						return
 					}
+					s.trace(c.Key, "node %d hears %+v", nd.idx, c)
 					nd.sh.Heard(c, nd.mapped())
 				})
 			})
@@ -248,7 +286,7 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 func (s *sim) hop() time.Duration {
 	d := time.Duration(100+s.rng.IntN(400)) * time.Microsecond
 	if s.rng.IntN(100) == 0 {
-		d += time.Duration(s.rng.IntN(1500)) * time.Microsecond // a spike, within the margin
+		d += time.Duration(s.rng.IntN(1500)) * time.Microsecond // a spike of up to 1.5 ms
 	}
 	return d + s.latency
 }
@@ -321,6 +359,10 @@ type node struct {
 	sending, sendAgain bool
 	roundAt            time.Duration // the next round scheduled
 	tickAt             time.Duration // the next tick scheduled (0: none)
+
+	// told is what the store last answered an op of each key and limit
+	// that wanted room.
+	told map[string]share.Outcome
 
 	// The breaker.
 	failures int
@@ -541,6 +583,9 @@ func (nd *node) send() {
 		replies := make([]share.Reply, len(ops))
 		nd.s.store.Ops(now, nd.id, set, ops, replies)
 		nd.s.rec.Ops += int64(len(ops))
+		for i, op := range ops {
+			nd.s.trace(op.Key, "node %d op %+v\n%14s -> %+v", nd.idx, op, "", replies[i])
+		}
 		return replies
 	}, func(reply any, err error) {
 		nd.sending = false
@@ -553,6 +598,14 @@ func (nd *node) send() {
 			replies = reply.([]share.Reply)
 		}
 		nd.gate(func() {
+			for i, op := range ops {
+				if err == nil && op.Want > 0 {
+					if nd.told == nil {
+						nd.told = map[string]share.Outcome{}
+					}
+					nd.told[op.Key+" "+op.Limit.String()] = replies[i].Outcome
+				}
+			}
 			nd.sh.OpsDone(ops, replies, err, nd.open, nd.mapped())
 			nd.tick()
 			if nd.sendAgain || err == nil {
@@ -590,8 +643,10 @@ type pending struct {
 	lim      limit.Limit
 	n        int64
 	sent     time.Duration
-	deadline int64 // mapped ns: when it stops waiting
-	asked    int64 // mapped ns: when it was first short
+	deadline int64         // mapped ns: when it stops waiting
+	asked    int64         // mapped ns: when it was first short
+	seen     int64         // mapped ns: when it was first decided (0: not yet)
+	first    time.Duration // when it was first decided
 }
 
 func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s.now) }
@@ -600,14 +655,19 @@ func (d *pending) done(allowed bool, src Source) { d.doneAt(allowed, src, d.nd.s
 // store admitted itself).
 func (d *pending) doneAt(allowed bool, src Source, at time.Duration) {
 	nd := d.nd
-	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent, At: at,
-		N: d.n, Allowed: allowed, Source: src})
+	nd.s.trace(d.key, "node %d decides %s [%v] n=%d sent %v: allowed=%v (%v)", nd.idx, d.key, d.lim, d.n, d.sent, allowed, src)
+	told, asked := nd.told[d.key+" "+d.lim.String()]
+	nd.s.rec.Decisions = append(nd.s.rec.Decisions, Decision{Req: d.req, Limit: d.li, Node: nd.idx, Sent: d.sent,
+		Seen: time.Duration(d.seen - base), First: d.first, At: at, N: d.n, Allowed: allowed, Source: src, Told: told, Asked: asked && d.asked != 0})
 }
 
 // decide decides d as the hybrid limiter's Async path does.
 func (d *pending) decide() {
 	nd := d.nd
 	now := nd.mapped()
+	if d.seen == 0 {
+		d.seen, d.first = now, nd.s.now
+	}
 	if nd.open {
 		d.degraded(now)
 		return

@@ -98,9 +98,14 @@ const (
 	SlowClient                // a request now and then, on one node
 	Abuser                    // far over the limit, spread
 	Flood                     // one of many new keys, each touched a few times
+	// AllAtOnce: every node up gets a burst of the whole capacity at the
+	// same instant (Gubernator's test of its GLOBAL behaviour), now and then,
+	// at the fleet's start or just after a node joins among them: far over
+	// the limit, for the bound.
+	AllAtOnce
 )
 
-var routingNames = [...]string{"sticky", "round-robin", "random", "hopping", "bursts", "slow-client", "abuser", "flood"}
+var routingNames = [...]string{"sticky", "round-robin", "random", "hopping", "bursts", "slow-client", "abuser", "flood", "all-at-once"}
 
 func (r Routing) String() string { return routingNames[r] }
 
@@ -169,7 +174,7 @@ func (g *gen) fleet() {
 	}
 	sc.Duration = g.between(2*time.Second, 5*time.Second).Round(100 * time.Millisecond)
 	n := 1 + r.IntN(8)
-	if g.chance(15) {
+	if g.chance(35) {
 		sc.FleetSize = n
 	}
 	sc.Nodes = make([]Node, n)
@@ -184,21 +189,21 @@ func (g *gen) fleet() {
 	}
 	// Nodes joining, leaving, crashing, pausing: node 0 stays, so every
 	// routing has somewhere to go.
-	if n >= 2 && g.chance(30) {
+	if n >= 2 && g.chance(40) {
 		for _, i := range r.Perm(n)[:1+r.IntN(min(2, n-1))] {
 			if i == 0 {
 				continue
 			}
 			nd := &sc.Nodes[i]
-			switch r.IntN(4) {
-			case 0:
+			switch x := r.IntN(6); {
+			case x <= 2: // a join, late
 				nd.Join = g.between(sc.Duration/5, sc.Duration/2).Round(time.Millisecond)
-			case 1:
+			case x == 3:
 				nd.Leave = g.between(sc.Duration/3, sc.Duration*4/5).Round(time.Millisecond)
-			case 2:
+			case x == 4:
 				nd.Leave = g.between(sc.Duration/3, sc.Duration*4/5).Round(time.Millisecond)
 				nd.Crash = true
-			case 3:
+			default:
 				from := g.between(sc.Duration/5, sc.Duration/2).Round(time.Millisecond)
 				long := time.Duration(g.pick(50, 300, 1500)) * time.Millisecond
 				nd.Pauses = append(nd.Pauses, Span{from, from + long})
@@ -216,9 +221,16 @@ func (g *gen) faults() {
 	if g.chance(20) {
 		count = 2
 	}
+	twice := g.chance(10) // restarted empty, then failing again
+	if twice {
+		count = 2
+	}
 	at := g.between(sc.Duration/5, sc.Duration/3).Round(10 * time.Millisecond)
-	for range count {
+	for i := range count {
 		f := Fault{Kind: FaultKind(r.IntN(6)), From: at}
+		if twice {
+			f.Kind = []FaultKind{Kill, FaultKind(g.pick(int(Kill), int(Flush), int(Pause)))}[i]
+		}
 		f.To = at + g.between(200*time.Millisecond, 900*time.Millisecond).Round(10*time.Millisecond)
 		switch f.Kind {
 		case Slow:
@@ -304,7 +316,16 @@ func (g *gen) keys() {
 func (g *gen) key(name string) {
 	sc, r := g.sc, g.rng
 	a := g.algorithm()
-	k := Key{Name: name, Limits: []limit.Limit{g.limitOf(a)}, Routing: Routing(r.IntN(7)), Weight: 1}
+	routings := []Routing{Sticky, Sticky, RoundRobin, Random, Hopping, Bursts, SlowClient, Abuser, AllAtOnce}
+	k := Key{Name: name, Limits: []limit.Limit{g.limitOf(a)}, Routing: routings[r.IntN(len(routings))], Weight: 1}
+	for try := 0; k.Routing == AllAtOnce && k.Limits[0].Capacity() > 200; try++ {
+		// Every node bursting a capacity of thousands would be most of a
+		// search's decisions: keep it to what shows the bound.
+		k.Limits[0] = g.limitOf(a)
+		if try == 10 {
+			k.Limits[0] = limit.Limit{Rate: 100, Period: time.Second, Algorithm: a}.Canonical()
+		}
+	}
 	if g.chance(15) {
 		// Several limits on one key: a per-second one and a longer one.
 		l2 := g.limitOf(g.algorithm())
@@ -328,6 +349,8 @@ func (g *gen) key(name string) {
 	switch k.Routing {
 	case Abuser:
 		k.Fraction = 1.5 + 3*r.Float64()
+	case AllAtOnce:
+		k.Fraction = float64(len(sc.Nodes))
 	default:
 		k.Fraction = []float64{0.3, 0.5, 0.8, 0.95, 1}[r.IntN(5)]
 	}
@@ -358,20 +381,52 @@ func (g *gen) traffic(idx int, tight limit.Limit) {
 	step := func(rate float64) time.Duration { return time.Duration(float64(time.Second) / math.Max(rate, 1e-3)) }
 	switch k.Routing {
 	case Sticky:
-		// A client pinned to one node: a burst of the whole capacity now and
-		// then, paced traffic in between.
+		// A client pinned to one node (now and then one that joined late,
+		// from its first moments): a burst of the whole capacity now and
+		// then, paced traffic in between, and a refill's quiet before each
+		// burst that follows paced traffic, so that the burst is compliant.
+		if late := g.lateJoiner(); late >= 0 && g.chance(50) {
+			home = late
+			from = max(from, sc.Nodes[late].Join+g.between(0, 20*time.Millisecond))
+		}
 		burst := tight.Capacity() / max(k.Weight, 1)
 		refill := time.Duration(float64(tight.Capacity()) / perSecond(tight) * float64(time.Second))
+		paced := false
 		for at := from; at < to; {
 			if g.chance(40) {
+				if paced {
+					at += refill + time.Millisecond
+				}
 				for range burst {
 					emit(at, home)
 				}
 				at += max(refill+refill/4, sc.Interval) + time.Millisecond
+				paced = false
 				continue
 			}
 			emit(at, home)
 			at += step(rate)
+			paced = true
+		}
+	case AllAtOnce:
+		// Every node up gets a burst of the whole capacity at one instant:
+		// at the start, after a join, or at a random time; then again after
+		// a refill or two.
+		burst := max(tight.Capacity()/max(k.Weight, 1), 1)
+		refill := time.Duration(float64(tight.Capacity()) / perSecond(tight) * float64(time.Second))
+		at := from
+		switch x := r.IntN(3); {
+		case x == 0:
+			at = 0
+		case x == 1 && g.lateJoiner() >= 0:
+			at = sc.Nodes[g.lateJoiner()].Join + g.between(0, 3*sc.Interval)
+		}
+		for i := 0; at < to && i < 3; i, at = i+1, at+max(refill, sc.Interval)*time.Duration(1+r.IntN(2))+time.Millisecond {
+			for _, node := range sc.up(at) {
+				for range burst {
+					emit(at, node)
+				}
+			}
 		}
 	case RoundRobin:
 		i := 0
@@ -396,7 +451,7 @@ func (g *gen) traffic(idx int, tight limit.Limit) {
 			at += max(gap, time.Microsecond)
 		}
 	case Hopping:
-		hop := time.Duration(g.pick(100, 200, 500)) * time.Millisecond
+		hop := time.Duration(g.pick(50, 100, 200, 500)) * time.Millisecond
 		for at := from; at < to; at += step(rate) {
 			up := sc.up(at)
 			if len(up) == 0 {
@@ -423,6 +478,16 @@ func (g *gen) traffic(idx int, tight limit.Limit) {
 			emit(at, home)
 		}
 	}
+}
+
+// lateJoiner is a node that joins after the start (the first), or -1.
+func (g *gen) lateJoiner() int {
+	for i, nd := range g.sc.Nodes {
+		if nd.Join > 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // home is a node up at at, for a client pinned to it.
