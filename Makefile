@@ -7,9 +7,9 @@ BENCHTIME ?= 1s
 
 .PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify tools vet lint
 
-## test: lint (go vet, staticcheck, deadcode) beside every test with the race detector, against private
-## redis-servers the tests start; then the comparison suite's own tests (bench/ is a module of its own,
-## to keep the peers out of go.mod); see scripts/test
+## test: no tracked file over 2 MiB (scripts/check-size); lint (go vet, staticcheck, deadcode) beside every
+## test with the race detector, against private redis-servers the tests start; then the comparison suite's
+## own tests (bench/ is a module of its own, to keep the peers out of go.mod); see scripts/test
 test: tools
 	GO=$(GO) PKGS="$(PKGS)" scripts/test
 
