@@ -2,7 +2,6 @@ package remote
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -168,5 +167,3 @@ func fleetKeyNames(prefix string) [5]string {
 	base := prefix + "{fleet}"
 	return [5]string{base, base + ":claims", base + ":expiry", base + ":marks", base + ":recalls"}
 }
-
-var _ = fmt.Sprint
