@@ -120,10 +120,6 @@ const maxNodes = 1 << 15
 // Errors AllowN returns for a request the node cannot decide alone. Neither
 // changes any state.
 var (
-	// ErrEscalate: the request is heavier than this node's share of the
-	// limit can ever admit (its weight is above the share of the burst), so
-	// only the fleet's state can decide it. The hybrid limiter asks Redis.
-	ErrEscalate = errors.New("local: request heavier than this node's share")
 	// ErrFaulted: Redis refused this key's state (a key of another type
 	// under the limiter's prefix): decide it under the fallback.
 	ErrFaulted = errors.New("local: key faulted in redis")
@@ -200,7 +196,7 @@ func limitHash(h uint64, lim limit.Limit) uint64 {
 // nanoseconds) under lim, and spends n if so. n == 0 reports the state
 // without spending. Errors are for what the caller got wrong (an invalid key
 // or limit, or n beyond the limit's capacity), or, with spend tracking on,
-// ErrEscalate and ErrFaulted for a request this node cannot decide alone.
+// ErrFaulted for a key Redis refused, which this node cannot decide alone.
 func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
 	return e.decide(now, key, lim, n, false)
 }
@@ -259,9 +255,6 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 			sh.mu.Unlock()
 			return res, ErrShort
 		}
-	} else if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
-		sh.mu.Unlock()
-		return res, ErrEscalate
 	}
 	res.Limit = p.lim
 	weight := n
