@@ -28,7 +28,7 @@ type Heartbeat struct {
 	From int64
 	// Limit is the most claims to return; zero returns none.
 	Limit int
-	// Claims are this node's new, renewed or recalled claims.
+	// Claims are this node's new or renewed claims.
 	Claims []Claim
 	// Leave takes this node out of the fleet (it is closing): the others
 	// divide by one node fewer at their next heartbeat, not after the
@@ -48,16 +48,11 @@ type Heartbeat struct {
 }
 
 // Claim says that (Key, Limit) is contested until Expiry (Unix ns, Redis's
-// clock). Recall, when set (Unix ns), is the last time a node asked every
-// node holding the key to report it: its want could not be met from the
-// pool while others hold more than they want.
+// clock).
 type Claim struct {
 	Key    string
 	Limit  limit.Limit
 	Expiry int64
-	Recall int64
-	// Recalling, in a claim a node sends, asks for a recall now.
-	Recalling bool
 }
 
 // heartbeatCall is the script call of heartbeat hb.
@@ -68,11 +63,7 @@ func (s *Store) heartbeatCall(hb *Heartbeat) *call {
 	}
 	args := []any{s.node, s.active.Microseconds(), mark, hb.Limit, micros(hb.From)}
 	for _, c := range hb.Claims {
-		recall := 0
-		if c.Recalling {
-			recall = 1
-		}
-		args = append(args, claimMember(c.Key, c.Limit), micros(c.Expiry), recall)
+		args = append(args, claimMember(c.Key, c.Limit), micros(c.Expiry))
 	}
 	return &call{script: s.scripts.fleet, keys: s.fleetKeys[:], args: args}
 }
@@ -89,17 +80,17 @@ func readHeartbeat(c *call, hb *Heartbeat) error {
 	hb.Now, hb.Nodes, hb.Acked, hb.Next = v[0]*1000, int(v[1]), v[2]*1000, v[3]*1000
 	hb.Changed = hb.Changed[:0]
 	rest := c.vals[4:]
-	for i := 0; i+2 < len(rest); i += 3 {
+	for i := 0; i+1 < len(rest); i += 2 {
 		member, _ := rest[i].(string)
 		key, lim, ok := parseClaimMember(member)
 		if !ok {
 			continue // not ours (another version's member): ignored
 		}
-		t, err := ints(rest[i+1:i+3], 2)
+		t, err := ints(rest[i+1:i+2], 1)
 		if err != nil {
 			return classify("heartbeat", "", err)
 		}
-		hb.Changed = append(hb.Changed, Claim{Key: key, Limit: lim, Expiry: t[0] * 1000, Recall: t[1] * 1000})
+		hb.Changed = append(hb.Changed, Claim{Key: key, Limit: lim, Expiry: t[0] * 1000})
 	}
 	return nil
 }
@@ -163,7 +154,7 @@ func parseClaimMember(m string) (string, limit.Limit, bool) {
 }
 
 // fleetKeyNames are the fleet's keys under prefix, in one Cluster slot.
-func fleetKeyNames(prefix string) [5]string {
+func fleetKeyNames(prefix string) [4]string {
 	base := prefix + "{fleet}"
-	return [5]string{base, base + ":claims", base + ":expiry", base + ":marks", base + ":recalls"}
+	return [4]string{base, base + ":claims", base + ":expiry", base + ":marks"}
 }

@@ -81,7 +81,7 @@ type Store struct {
 	lease     time.Duration
 	short     time.Duration
 	ledgerTTL time.Duration
-	fleetKeys [5]string
+	fleetKeys [4]string
 	// registryKeys are Async's registry of contested keys (registry.lua).
 	registryKeys [5]string
 	scripts      scripts
