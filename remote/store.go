@@ -81,7 +81,7 @@ type Store struct {
 	lease     time.Duration
 	short     time.Duration
 	ledgerTTL time.Duration
-	fleetKeys [4]string
+	fleetKeys [2]string
 	// registryKeys are Async's registry of contested keys (registry.lua).
 	registryKeys [5]string
 	scripts      scripts
