@@ -136,7 +136,7 @@ func TestColdKeysCostRedisNothing(t *testing.T) {
 	for range 5 {
 		require.NoError(t, f.r.Round(bg))
 	}
-	assert.Equal(t, []int{2, 2, 2, 2, 2}, hook.pipelines(), "the heartbeat alone (the fleet's two keys)")
+	assert.Equal(t, []int{1, 1, 1, 1, 1}, hook.pipelines(), "the heartbeat alone (the fleet's key)")
 	require.NoError(t, f.r.Flush(bg))
 	total := int64(0)
 	for i := range 1000 {
@@ -366,8 +366,8 @@ func TestRoundSendsInBatches(t *testing.T) {
 	spendOnKeys(t, f, 4500, due)
 
 	require.NoError(t, f.r.Round(bg))
-	// Each call also carries the heartbeat's two keys.
-	assert.Equal(t, []int{1002, 1002, 1002, 1002, 502}, hook.pipelines())
+	// Each call also carries the heartbeat's key.
+	assert.Equal(t, []int{1001, 1001, 1001, 1001, 501}, hook.pipelines())
 	st := f.r.Stats()
 	assert.Equal(t, uint64(1+4500), st.KeysSent)
 	assert.Zero(t, st.Pending)

@@ -4,19 +4,13 @@ import (
 	"context"
 )
 
-// The fleet of Sync mode: every node's heartbeat (fleet.lua).
-
-// MaxMark is the processed mark of a node that never decides a key in its
-// even share without Redis (a node in Sync mode): it holds no claim back.
-const MaxMark = int64(1) << 53
+// The fleet of Sync mode: every node's heartbeat (fleet.lua), which tells
+// each node how many nodes are active, to divide a limit by while Redis is
+// down.
 
 // Heartbeat is one node's heartbeat: what it tells the fleet, and what the
 // fleet answers.
 type Heartbeat struct {
-	// Mark is the time (Unix ns, Redis's clock) up to which this node has
-	// processed the claims: for every claim changed before it, the node has
-	// stopped deciding the key alone. MaxMark for a node that never does.
-	Mark int64
 	// Leave takes this node out of the fleet (it is closing): the others
 	// divide by one node fewer at their next heartbeat, not after the
 	// active window.
@@ -25,18 +19,15 @@ type Heartbeat struct {
 	// Now is Redis's TIME (Unix ns), Nodes the nodes active in the fleet.
 	Now   int64
 	Nodes int
-	// Acked is the earliest processed mark of the active nodes (Unix ns):
-	// every claim made before it is known to the whole fleet.
-	Acked int64
 }
 
 // heartbeatCall is the script call of heartbeat hb.
 func (s *Store) heartbeatCall(hb *Heartbeat) *call {
-	mark := micros(hb.Mark)
+	leave := 0
 	if hb.Leave {
-		mark = -1
+		leave = 1
 	}
-	return &call{script: s.scripts.fleet, keys: s.fleetKeys[:], args: []any{s.node, s.active.Microseconds(), mark}}
+	return &call{script: s.scripts.fleet, keys: []string{s.fleetKey}, args: []any{s.node, s.active.Microseconds(), leave}}
 }
 
 // readHeartbeat reads the fleet script's reply into hb.
@@ -44,11 +35,11 @@ func readHeartbeat(c *call, hb *Heartbeat) error {
 	if c.err != nil {
 		return classify("heartbeat", "", c.err)
 	}
-	v, err := ints(c.vals, 3)
+	v, err := ints(c.vals, 2)
 	if err != nil {
 		return classify("heartbeat", "", err)
 	}
-	hb.Now, hb.Nodes, hb.Acked = v[0]*1000, int(v[1]), v[2]*1000
+	hb.Now, hb.Nodes = v[0]*1000, int(v[1])
 	return nil
 }
 
@@ -59,11 +50,5 @@ func (s *Store) Beat(ctx context.Context, hb *Heartbeat) error {
 	return readHeartbeat(c, hb)
 }
 
-// micros renders Unix ns as µs for the scripts, rounding down.
-func micros(ns int64) int64 { return ns / 1000 }
-
-// fleetKeyNames are the fleet's keys under prefix, in one Cluster slot.
-func fleetKeyNames(prefix string) [2]string {
-	base := prefix + "{fleet}"
-	return [2]string{base, base + ":marks"}
-}
+// fleetKeyName is the fleet's key under prefix.
+func fleetKeyName(prefix string) string { return prefix + "{fleet}" }
