@@ -24,7 +24,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -273,7 +273,7 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 		}
 		tokenBucket(&res, &en.st, now, p, weight, en.share)
 		if e.asks && res.Allowed && weight > 0 {
-			en.ex = max(en.ex, now) + ratemath.MulSat(weight, p.interval)
+			en.ex = max(en.ex, now) + intmath.MulSat(weight, p.interval)
 		}
 	case limit.LeakyBucket:
 		leakyMeter(&res, &en.st, now, p, weight, en.share)
@@ -566,7 +566,7 @@ func (e *Engine) Charge(now int64, key string, lim limit.Limit, n int64) {
 	p := en.pol
 	switch lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		en.st[0] = max(en.st[0], now) + ratemath.MulSat(n, gcraInterval(&en.st, p, en.share))
+		en.st[0] = max(en.st[0], now) + intmath.MulSat(n, gcraInterval(&en.st, p, en.share))
 	case limit.FixedWindow:
 		sh.rollWindow(key, en, now)
 		en.st[1] += n * int64(ShareOne)
@@ -707,7 +707,7 @@ func (e *Engine) privateLevel(en *entry, now int64) int64 {
 	if level <= 0 {
 		return 0
 	}
-	return ratemath.MulDivFloor(level, int64(en.share), int64(ShareOne)*en.pol.interval, 1<<62) + 1
+	return intmath.MulDivFloor(level, int64(en.share), int64(ShareOne)*en.pol.interval, 1<<62) + 1
 }
 
 // tick is the engine's coarse clock: Unix ms, wrapping every 49 days; entry
