@@ -215,24 +215,33 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.DurationVar(&s.maxConnDrop, "grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour), "then force them closed after this (env GRPC_MAX_CONNECTION_AGE_GRACE)")
 	fs.DurationVar(&s.drain, "drain", 10*time.Second, "on SIGTERM, how long in-flight calls may finish before the server stops")
 	fs.BoolVar(&s.reflection, "grpc-reflection", e.boolean("HYBRIDLIMIT_GRPC_REFLECTION", true), "serve gRPC server reflection, for grpcurl and the like; -grpc-reflection=false turns it off (env HYBRIDLIMIT_GRPC_REFLECTION)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return nil, err
 	}
 	if len(e.errs) > 0 {
-		return nil, fmt.Errorf("rls: environment: %w", errors.Join(e.errs...))
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("rls: unexpected arguments %q", fs.Args())
+		return nil, misuse(fs, fmt.Errorf("rls: environment: %w", errors.Join(e.errs...)))
 	}
 	switch {
 	case s.nearLimitRatio <= 0 || s.nearLimitRatio > 1:
-		return nil, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio)
+		return nil, misuse(fs, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio))
 	case s.drain <= 0:
-		return nil, fmt.Errorf("rls: -drain %v: want a positive duration", s.drain)
+		return nil, misuse(fs, fmt.Errorf("rls: -drain %v: want a positive duration", s.drain))
 	case s.maxKeys <= 0:
-		return nil, fmt.Errorf("rls: -max-keys %d: want a positive number", s.maxKeys)
+		return nil, misuse(fs, fmt.Errorf("rls: -max-keys %d: want a positive number", s.maxKeys))
 	case s.maxKeyBytes < 32:
-		return nil, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes)
+		return nil, misuse(fs, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes))
+	}
+	if _, err := s.logger(io.Discard); err != nil {
+		return nil, misuse(fs, err)
+	}
+	// The Redis settings, checked before anything starts (a client does no
+	// I/O until it is used).
+	client, err := s.redisClient()
+	if err != nil {
+		return nil, misuse(fs, err)
+	}
+	if client != nil {
+		_ = client.Close()
 	}
 	return s, nil
 }

@@ -39,14 +39,14 @@ func TestUsageMistakesExitTwo(t *testing.T) {
 		{[]string{"gateway", "-upstream", "http://127.0.0.1:1", "-read-timeout", "-1s", "-upstream-failures", "0"}, "usage: hybridlimit gateway",
 			"gateway: -read-timeout -1s is negative; gateway: -upstream-failures 0: want 1 or more"},
 		{[]string{"gateway", "-upstream", "http://127.0.0.1:1", "-redis", "redis://[bad"}, "usage: hybridlimit gateway", "gateway: -redis:"},
+		{[]string{"rls", "-near-limit-ratio", "2"}, "usage: hybridlimit rls", "-near-limit-ratio 2: want a fraction"},
+		{[]string{"rls", "-log-level", "loud"}, "usage: hybridlimit rls", `rls: -log-level "loud"`},
+		{[]string{"rls", "-redis", "a:1", "-redis-type", "ring"}, "usage: hybridlimit rls", `-redis-type "ring"`},
 		{[]string{"lint"}, "usage: hybridlimit lint", "lint: no file given"},
 		{[]string{"lint", "-rules-max-size", "0", "rules.yaml"}, "usage: hybridlimit lint", "lint: -rules-max-size 0 must be positive"},
 		{[]string{"version", "extra"}, "usage: hybridlimit version", `version: unexpected arguments ["extra"]`},
 	}
 	for _, c := range commands() {
-		if c.name == "rls" {
-			continue // not yet
-		}
 		cases = append(cases, mistake{[]string{c.name, "-nope"}, "usage: hybridlimit " + c.name, c.name + ": flag provided but not defined: -nope"})
 		if c.name != "lint" { // lint's arguments are its files
 			cases = append(cases, mistake{[]string{c.name, "extra"}, "usage: hybridlimit " + c.name, c.name + `: unexpected arguments ["extra"]`})
