@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"strings"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 )
@@ -19,4 +21,18 @@ func modeFlag(fs *flag.FlagSet) *hybrid.Mode {
 		return err
 	})
 	return &mode
+}
+
+// parseMode reads a mode as every command names it: async, sync or local
+// (also localonly, local-only), in any case.
+func parseMode(v string) (hybrid.Mode, error) {
+	switch strings.ToLower(v) {
+	case "async":
+		return hybrid.Async, nil
+	case "sync":
+		return hybrid.Sync, nil
+	case "local", "localonly", "local-only":
+		return hybrid.LocalOnly, nil
+	}
+	return hybrid.Async, fmt.Errorf("unknown mode %q (want async, sync or local)", v)
 }

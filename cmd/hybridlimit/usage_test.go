@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -88,6 +89,29 @@ func TestBareCommandListsTheCommandsAndExitsTwo(t *testing.T) {
 	}
 }
 
+// Every flag of every command says what it does: a description beyond the
+// environment variable it reads.
+func TestEveryFlagIsDescribed(t *testing.T) {
+	flagLine := regexp.MustCompile(`^  -(\S+)`)
+	for _, c := range commands() {
+		var out strings.Builder
+		require.NoError(t, run(context.Background(), []string{c.name, "-h"}, &out), c.name)
+		lines := strings.Split(out.String(), "\n")
+		for i, line := range lines {
+			m := flagLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			desc := ""
+			if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "    \t") {
+				desc = strings.TrimSpace(lines[i+1])
+			}
+			desc = strings.TrimSpace(regexp.MustCompile(`\(env [^)]*\)`).ReplaceAllString(desc, ""))
+			assert.NotEmpty(t, desc, "%s -%s has no description", c.name, m[1])
+		}
+	}
+}
+
 // The gateway and the rls service run side by side on one host as they
 // come: no default address of one is the other's.
 func TestGatewayAndRLSDefaultsDoNotCollide(t *testing.T) {
@@ -108,7 +132,8 @@ func TestGatewayAndRLSDefaultsDoNotCollide(t *testing.T) {
 }
 
 // One name per setting: the Redis every command runs against is
-// $REDIS_ADDR.
+// $REDIS_ADDR; rls also reads envoyproxy/ratelimit's REDIS_URL, and refuses
+// the two naming different servers.
 func TestEveryCommandReadsREDIS_ADDR(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "10.0.0.9:6379")
 	g, err := parseGatewayFlags([]string{"-upstream", "http://127.0.0.1:9000"}, io.Discard)
@@ -119,4 +144,27 @@ func TestEveryCommandReadsREDIS_ADDR(t *testing.T) {
 		require.NoError(t, run(context.Background(), []string{name, "-h"}, &out))
 		assert.Contains(t, out.String(), `(default "10.0.0.9:6379")`, "%s -redis", name)
 	}
+
+	env := func(kv ...string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1], true
+				}
+			}
+			return "", false
+		}
+	}
+	r, err := parseRLSFlags(nil, io.Discard, env("REDIS_ADDR", "10.0.0.9:6379"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.9:6379", r.redisURL, "rls: REDIS_ADDR")
+	r, err = parseRLSFlags(nil, io.Discard, env("REDIS_URL", "10.0.0.8:6379"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.8:6379", r.redisURL, "rls: REDIS_URL")
+	r, err = parseRLSFlags(nil, io.Discard, env("REDIS_URL", "10.0.0.8:6379", "REDIS_ADDR", "10.0.0.8:6379"))
+	require.NoError(t, err)
+	assert.Equal(t, "10.0.0.8:6379", r.redisURL, "rls: both, alike")
+	_, err = parseRLSFlags(nil, io.Discard, env("REDIS_URL", "10.0.0.8:6379", "REDIS_ADDR", "10.0.0.9:6379"))
+	assert.ErrorContains(t, err, `REDIS_URL="10.0.0.8:6379" and REDIS_ADDR="10.0.0.9:6379" name different Redis servers`)
+	assert.Equal(t, exitUsage, exitCode(err))
 }
