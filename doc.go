@@ -28,8 +28,8 @@
 //   - upstream: a reverse proxy to one upstream with timeouts, a body limit
 //     and a circuit breaker, for the gateway.
 //
-// Start with package hybrid (Example_asyncWithRedis here shows it with a
-// Redis); cmd/hybridlimit shows it working (demo, tune, chaos, gateway,
+// Start with package hybrid (Example_twoNodes here shows two nodes sharing
+// a limit through Redis); cmd/hybridlimit shows it working (demo, tune, chaos, gateway,
 // lint), and docs/ explains the accuracy model, the Redis side, the gateway
 // and every measured number. docs/architecture.md is the map for whoever
 // changes the code.
