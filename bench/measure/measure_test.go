@@ -2,6 +2,7 @@ package measure
 
 import (
 	"context"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,5 +51,14 @@ func TestParallelRecordsEveryCall(t *testing.T) {
 		[]string{"a", "b"}, 4, 50*time.Millisecond)
 	if r.Ops == 0 || r.Ops != calls.Load() || r.Latency.Count() != uint64(r.Ops) || r.Denied != 0 {
 		t.Fatalf("ops %d, calls %d, latencies %d, denied %d", r.Ops, calls.Load(), r.Latency.Count(), r.Denied)
+	}
+}
+
+// A run names its commit: 12 hex digits, and +changes when the work tree
+// differs; outside a git checkout (an unpacked archive), that it is unknown.
+func TestCommitNamesHEAD(t *testing.T) {
+	c := Commit()
+	if !regexp.MustCompile(`^[0-9a-f]{12}(\+changes)?$`).MatchString(c) && c != "unknown (not a git checkout)" {
+		t.Fatalf("Commit() = %q, want 12 hex digits (+changes)", c)
 	}
 }

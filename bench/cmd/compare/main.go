@@ -234,6 +234,8 @@ func logf(format string, args ...any) {
 
 type environment struct {
 	Redis, Machine, Go string
+	Started            time.Time
+	Commit             string // the code measured (measure.Commit)
 	Took               time.Duration
 	LoadStart, LoadEnd string // /proc/loadavg: other work on the machine
 }
@@ -256,6 +258,8 @@ func envInfo(ctx context.Context, admin *redis.Client) environment {
 		Redis:     redisVersion(ctx, admin),
 		Machine:   fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
 		Go:        runtime.Version(),
+		Started:   time.Now(),
+		Commit:    measure.Commit(),
 		LoadStart: loadAvg(),
 	}
 }
