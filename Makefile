@@ -66,20 +66,20 @@ bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench
 
 ## verify: the long randomized runs. First the simulation (internal/sharesim, ~3 min): SIM_COUNT scenarios
-## (10,000) from seed SIM_FROM, every node, clock, round trip and fault of Async mode's share protocol
+## (10,000) from seed SIM_SEED, every node, clock, round trip and fault of Async mode's share protocol
 ## simulated from the seed, each checked on both sides (the bound, and compliant traffic admitted whole);
 ## then the fleet checker (about 40 minutes): VERIFY_COUNT scenarios drawn from seeds VERIFY_SEED on (0: from
 ## the clock), each a fleet of real limiters against a private redis-server, some killed, paused or slowed.
 ## Each prints what it checked, the largest excess over the bound, the refusals of compliant traffic, and a
 ## replay command for each failed seed
 SIM_COUNT ?= 10000
-SIM_FROM ?= 1
+SIM_SEED ?= 1
 VERIFY_COUNT ?= 240
 VERIFY_SEED ?= 0
 verify: tools
-	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -sim.from=$(SIM_FROM) -sim.compliance=0
+	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -seed=$(SIM_SEED) -sim.compliance=0
 	$(GO) test -count=1 -timeout 90m -run 'TestVerify$$' -v ./internal/fleetcheck \
-		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
+		-verify.count=$(VERIFY_COUNT) -seed=$(VERIFY_SEED)
 
 vet:
 	$(GO) vet $(PKGS)
