@@ -7,9 +7,9 @@ BENCHTIME ?= 1s
 
 .PHONY: test test-under-load demo bench bench-compare bench-keys pressure bench-rls rls-peer rls-compat verify verify-sim tools vet lint
 
-## test: lint (go vet, staticcheck, deadcode) beside every test with the race detector, against private
-## redis-servers the tests start; then the comparison suite's own tests (bench/ is a module of its own,
-## to keep the peers out of go.mod); see scripts/test
+## test: no tracked file over 2 MiB (scripts/check-size); lint (go vet, staticcheck, deadcode) beside every
+## test with the race detector, against private redis-servers the tests start; then the comparison suite's
+## own tests (bench/ is a module of its own, to keep the peers out of go.mod); see scripts/test
 test: tools
 	GO=$(GO) PKGS="$(PKGS)" scripts/test
 
@@ -70,7 +70,7 @@ bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench
 
 ## verify: the long randomized runs. First the simulation (verify-sim: internal/sharesim, on every CPU):
-## SIM_COUNT scenarios (10,000) from seed SIM_FROM, every node, clock, round trip and fault of Async mode's
+## SIM_COUNT scenarios (10,000) from seed SIM_SEED, every node, clock, round trip and fault of Async mode's
 ## share protocol simulated from the seed, each checked on both sides (the bound, and compliant traffic
 ## admitted whole); it prints what the scenarios sent (routings, faults, changes of the fleet), what each
 ## check judged and left out and why, and the failures by class with their seeds. Then the fleet checker
@@ -78,16 +78,16 @@ bench-rls: tools rls-peer
 ## fleet of real limiters against a private redis-server, some killed, paused or slowed. Each prints a
 ## replay command for each failed seed
 SIM_COUNT ?= 10000
-SIM_FROM ?= 1
+SIM_SEED ?= 1
 VERIFY_COUNT ?= 240
 VERIFY_SEED ?= 0
 verify: verify-sim
 	$(GO) test -count=1 -timeout 90m -run 'TestVerify$$' -v ./internal/fleetcheck \
-		-verify.count=$(VERIFY_COUNT) -verify.seed=$(VERIFY_SEED)
+		-verify.count=$(VERIFY_COUNT) -seed=$(VERIFY_SEED)
 
 ## verify-sim: verify's first part alone, the simulation
 verify-sim: tools
-	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -sim.from=$(SIM_FROM)
+	$(GO) test -count=1 -timeout 60m -run 'TestSearch$$' -v ./internal/sharesim -sim.count=$(SIM_COUNT) -seed=$(SIM_SEED)
 
 vet:
 	$(GO) vet $(PKGS)

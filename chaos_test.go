@@ -7,7 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
@@ -28,12 +27,7 @@ import (
 //     longest round), which a loaded machine stretches legitimately;
 //  4. the breaker closes after Redis returns;
 //  5. what was spent while Redis was unreachable is in Redis afterwards;
-//  6. no goroutine leaks (goleak, in TestMain).
-
-func TestMain(m *testing.M) {
-	redistest.QuietClientLogs() // go-redis logs every dial the outages fail
-	goleak.VerifyTestMain(m)
-}
+//  6. no goroutine leaks (goleak, in TestMain: main_test.go).
 
 const (
 	chaosNodes    = 3

@@ -4,33 +4,52 @@
 // local limits through a circuit breaker when Redis is slow or gone, without
 // losing what was spent.
 //
-// This package holds only documentation and the module's chaos and failover
-// suites; the code lives in its subpackages, each with one job, importing
-// only downward:
+// This package holds the documentation, the runnable example
+// (Example_twoNodes: two nodes sharing a limit through Redis) and the
+// module's whole-system suites; the code lives in its subpackages, each with
+// one job. From the bottom up, each importing only the packages of its own
+// line and of those before it (TestPackageMap holds this list to the code):
 //
-//   - limit: what a limit is (rate, period, burst, algorithm) and the result
-//     of a decision.
+//   - intmath: the integer arithmetic memory and Redis share, so both decide
+//     alike.
+//   - limit: what a limit is (rate, period, burst, algorithm, calendar) and
+//     the result of a decision.
 //   - clock: time as a parameter: the real clock, a manual clock for tests,
 //     and the offset from this node's clock to Redis server TIME.
+//   - share: Async mode's share protocol: the messages between a node and
+//     Redis, and the arithmetic of shares.
 //   - local: sharded in-memory state for many keys, every algorithm as pure
-//     state and integer math, and the spend accounting a reconciler takes.
+//     state and integer math, each key's share, and the spend a reconciler
+//     takes.
 //   - remote: the Redis side: one Lua script per algorithm on server TIME,
-//     and the batched, idempotent reconciliation of a node's spend.
+//     Async mode's share and registry scripts, and Sync mode's batched,
+//     idempotent spend reports.
 //   - breaker: the circuit breaker (sony/gobreaker) around every Redis call,
 //     with a deadline of its own.
-//   - sync (imported as reconcile): the background rounds that report spend
-//     and hand each node its share of the global remainder.
+//   - sync/protocol, sync/round, sync/async, sync/reports: the
+//     reconciliation, in the background: Async mode's share protocol as a
+//     state machine without I/O (protocol), the round skeleton both
+//     runners share (round), the runner that plays the protocol against
+//     Redis (async), and Sync mode's spend reports (reports).
 //   - hybrid: the limiter a service uses, in Async, Sync or LocalOnly mode.
-//   - httpkey, rules, middleware, grpclimit, envoyrls, metrics: who a
-//     client is, which limits apply to it, net/http and gRPC servers and
-//     Envoy's rate limit service in front of the limiter, and Prometheus
-//     metrics; observe holds the events the three report.
+//   - observe, httpkey, rules, middleware, grpclimit: the events the
+//     request limiters report, who a client is, which limits apply to it,
+//     and net/http and gRPC servers in front of the limiter.
+//   - envoyrls/config, envoyrls: envoyproxy/ratelimit's configuration, and
+//     Envoy's rate limit service on it.
+//   - metrics: Prometheus metrics of the limiter and of the request
+//     limiters.
 //   - upstream: a reverse proxy to one upstream with timeouts, a body limit
 //     and a circuit breaker, for the gateway.
+//   - internal/...: kits for the tests, the benchmarks and the command line:
+//     private Redis servers, a fault proxy, fleets driven with load, the
+//     fleet checker and the deterministic simulation of Async mode.
+//   - cmd/hybridlimit: the command line (demo, tune, chaos, gateway, rls,
+//     lint, version).
+//   - hybridlimit: this package.
 //
-// Start with package hybrid (Example_asyncWithRedis here shows it with a
-// Redis); cmd/hybridlimit shows it working (demo, tune, chaos, gateway,
-// lint), and docs/ explains the accuracy model, the Redis side, the gateway
-// and every measured number. docs/architecture.md is the map for whoever
-// changes the code.
+// Start with package hybrid; cmd/hybridlimit shows it working, and docs/
+// explains the accuracy model, the Redis side, the gateway and every
+// measured number. docs/architecture.md is the map for whoever changes the
+// code.
 package hybridlimit

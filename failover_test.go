@@ -26,9 +26,9 @@ const (
 	failoverAt = 2 * time.Second
 	// failoverHang bounds the run: the load runs until the failover is
 	// over and the fleet has had its recovery time after it. The sentinels
-	// take about 3 s idle, and 6 s more for each election a split vote
-	// spoils (13 s were seen on a loaded machine); redistest's own waits
-	// give up after 30 s each.
+	// take about 7 s to replace a killed master idle (they call it down
+	// after 5 s), and 12 s more for each election a split vote spoils;
+	// redistest's own waits only catch a stuck setup, after two minutes.
 	failoverHang = 90 * time.Second
 )
 

@@ -32,8 +32,22 @@ func (s Source) String() string {
 	return fmt.Sprintf("source(%d)", int(s))
 }
 
-// Decision is the outcome of Allow: the Result (allowed, limit, remaining,
-// retry-after, reset-after) and where it was made.
+// Decision is the outcome of Allow and AllowN (a Reservation carries one):
+// the embedded [limit.Result], everything a caller needs to answer the
+// request and write rate-limit headers, and Source, where it was made. A
+// limit reached is a Decision with Allowed false, never an error. Its
+// fields, the Result's promoted:
+//
+//   - [limit.Result.Allowed]: whether the request was admitted (and its n
+//     spent).
+//   - [limit.Result.Remaining]: how many more requests of weight 1 would be
+//     admitted right now; never negative.
+//   - [limit.Result.RetryAfter]: how long until the same request would be
+//     admitted, if no one else spends meanwhile; zero when Allowed.
+//   - [limit.Result.ResetAfter]: how long until the key is back to its
+//     fresh state (a full bucket, an empty window).
+//   - [limit.Result.Limit]: the [Limit] the decision was made under.
+//   - Source: [Local], [Remote] or [Degraded].
 type Decision struct {
 	limit.Result
 	Source Source
@@ -72,7 +86,39 @@ func isCallerError(err error) bool {
 
 // Limit and its constructors, for callers that import only hybrid.
 type (
-	// Limit is limit.Limit: Rate per Period with a Burst, and an Algorithm.
+	// Limit is [limit.Limit], the limit a key is decided under: Rate
+	// requests per Period, with a Burst, enforced by an Algorithm (the token
+	// bucket unless it says otherwise). The zero value is invalid: build one
+	// with [PerSecond], [PerMinute], [PerHour], [Per] or [PerCalendar]. A
+	// Limit is a small value: copy it freely. Its fields:
+	//
+	//   - [limit.Limit.Rate], [limit.Limit.Period]: Rate requests per Period.
+	//   - [limit.Limit.Burst]: the bucket's capacity; zero means Rate.
+	//   - [limit.Limit.Algorithm]: [TokenBucket] (the zero value),
+	//     [LeakyBucket], [FixedWindow], [SlidingWindowLog] or
+	//     [SlidingWindowCounter].
+	//   - [limit.Limit.Calendar], [limit.Limit.Zone]: windows that are the
+	//     days, weeks, months or years of a time zone's calendar.
+	//
+	// Its methods:
+	//
+	//   - [limit.Limit.WithBurst]: the same limit with another burst:
+	//     PerSecond(100).WithBurst(20) admits 20 at once, then one every
+	//     10 ms.
+	//   - [limit.Limit.WithAlgorithm]: the same limit under another
+	//     algorithm.
+	//   - [limit.Limit.Validate]: what is wrong with it, as
+	//     [ErrInvalidLimit].
+	//   - [limit.Limit.Capacity]: the most a single request may weigh;
+	//     [limit.Limit.CheckN]: whether a weight n can ever pass
+	//     ([ErrExceedsCapacity] if not).
+	//   - [limit.Limit.String]: "100/1s burst 20 token_bucket".
+	//   - [limit.Limit.Canonical]: its one canonical form (a burst equal to
+	//     the rate written as zero).
+	//   - [limit.Limit.Interval], [limit.Limit.Tolerance]: the token
+	//     bucket's emission interval and burst tolerance.
+	//   - [limit.Limit.WindowAt], [limit.Limit.WindowOf]: where the window
+	//     algorithms' windows lie.
 	Limit = limit.Limit
 	// Algorithm is limit.Algorithm.
 	Algorithm = limit.Algorithm

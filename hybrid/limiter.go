@@ -1,15 +1,3 @@
-// Package hybrid is the public limiter: node memory (package local) for
-// decisions in well under a microsecond, Redis (package remote) for the
-// fleet's shared state, the reconciler (packages sync/async and sync/reports) between them, and
-// a circuit breaker (package breaker) that moves the node to conservative
-// local limits while Redis is slow or gone, and back when it returns,
-// without losing what was spent.
-//
-// One setting, Config.Mode, chooses the trade-off: Async (the default)
-// decides from memory and reconciles every SyncInterval; Sync decides in
-// Redis, exactly; LocalOnly never touches Redis. Whatever the mode, Redis
-// trouble is never an error of Allow: it is a Decision whose Source is
-// Degraded.
 package hybrid
 
 import (

@@ -47,8 +47,8 @@ func TestAKeyContestedAgainStartsAFreshContest(t *testing.T) {
 	c := srv.Client(t)
 	keys, err := c.Keys(ctx, "rv1:*{stale}*").Result()
 	require.NoError(t, err)
-	claims, _ := c.ZCard(ctx, "rv1:{fleet}:claims").Result()
-	t.Logf("before phase 3: shares hash %v still in redis, claims live %d", keys, claims)
+	contested, _ := c.HLen(ctx, "rv1:{fleet}:reg").Result()
+	t.Logf("before phase 3: shares hash %v still in redis, %d keys in the registry of contested keys", keys, contested)
 
 	// Phase 3: every node at once, the same load, on the stale key and on a
 	// key never contested (control).

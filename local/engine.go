@@ -24,7 +24,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -120,10 +120,6 @@ const maxNodes = 1 << 15
 // Errors AllowN returns for a request the node cannot decide alone. Neither
 // changes any state.
 var (
-	// ErrEscalate: the request is heavier than this node's share of the
-	// limit can ever admit (its weight is above the share of the burst), so
-	// only the fleet's state can decide it. The hybrid limiter asks Redis.
-	ErrEscalate = errors.New("local: request heavier than this node's share")
 	// ErrFaulted: Redis refused this key's state (a key of another type
 	// under the limiter's prefix): decide it under the fallback.
 	ErrFaulted = errors.New("local: key faulted in redis")
@@ -200,7 +196,7 @@ func limitHash(h uint64, lim limit.Limit) uint64 {
 // nanoseconds) under lim, and spends n if so. n == 0 reports the state
 // without spending. Errors are for what the caller got wrong (an invalid key
 // or limit, or n beyond the limit's capacity), or, with spend tracking on,
-// ErrEscalate and ErrFaulted for a request this node cannot decide alone.
+// ErrFaulted for a key Redis refused, which this node cannot decide alone.
 func (e *Engine) AllowN(now int64, key string, lim limit.Limit, n int64) (limit.Result, error) {
 	return e.decide(now, key, lim, n, false)
 }
@@ -259,9 +255,6 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 			sh.mu.Unlock()
 			return res, ErrShort
 		}
-	} else if !degraded && e.track && n > 0 && heavy(p, n, en.share) {
-		sh.mu.Unlock()
-		return res, ErrEscalate
 	}
 	res.Limit = p.lim
 	weight := n
@@ -321,7 +314,7 @@ func shadowAdmit(en *entry, p *policy, n, now int64, full bool) {
 	if full {
 		en.ex, en.exSince = now, now // its share was full: the shadow starts again from it
 	}
-	en.ex = max(en.ex, now) + ratemath.MulSat(n, p.interval)
+	en.ex = max(en.ex, now) + intmath.MulSat(n, p.interval)
 }
 
 // pressIfLow puts en under pressure (Asks mode) once less than a quarter
@@ -590,7 +583,7 @@ func (e *Engine) Charge(now int64, key string, lim limit.Limit, n int64) {
 	p := en.pol
 	switch lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		en.st[0] = max(en.st[0], now) + ratemath.MulSat(n, gcraInterval(&en.st, p, en.share))
+		en.st[0] = max(en.st[0], now) + intmath.MulSat(n, gcraInterval(&en.st, p, en.share))
 	case limit.FixedWindow:
 		sh.rollWindow(key, en, now)
 		en.st[1] += n * int64(ShareOne)
@@ -731,7 +724,7 @@ func (e *Engine) privateLevel(en *entry, now int64) int64 {
 	if level <= 0 {
 		return 0
 	}
-	return ratemath.MulDivFloor(level, int64(en.share), int64(ShareOne)*en.pol.interval, 1<<62) + 1
+	return intmath.MulDivFloor(level, int64(en.share), int64(ShareOne)*en.pol.interval, 1<<62) + 1
 }
 
 // tick is the engine's coarse clock: Unix ms, wrapping every 49 days; entry

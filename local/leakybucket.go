@@ -3,7 +3,7 @@ package local
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -27,7 +27,7 @@ func leakyMeter(res *limit.Result, st *[3]int64, now int64, p *policy, n int64, 
 	tat := max(st[0], now)
 	res.Allowed = tat == now
 	if res.Allowed {
-		tat += ratemath.MulSat(n, t)
+		tat += intmath.MulSat(n, t)
 		if n > 0 {
 			st[0] = tat
 			st[2] = now // the latest request to act (see reserve.go)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -156,7 +156,7 @@ func tokenReserve(st *[3]int64, now int64, p *policy, n int64, s Share, maxWait 
 	t := gcraInterval(st, p, s)
 	tau := p.tolerance
 	tat := max(st[0], now)
-	newTAT := tat + ratemath.MulSat(n, t)
+	newTAT := tat + intmath.MulSat(n, t)
 	wait := max(newTAT-tau-now, 0)
 	r := limit.Reservation{Result: limit.Result{Limit: p.lim, Allowed: wait <= maxWait}, At: now}
 	if r.Allowed {
@@ -178,7 +178,7 @@ func leakyQueue(st *[3]int64, now int64, p *policy, n int64, s Share, maxWait in
 	tau := p.tolerance
 	tat := max(st[0], now)
 	wait := tat - now
-	cost := ratemath.MulSat(n, t)
+	cost := intmath.MulSat(n, t)
 	// As with the token bucket, a request heavier than the node's share of
 	// the queue joins an empty queue rather than never.
 	fits := wait+cost <= tau || (cost > tau && wait == 0)
@@ -207,7 +207,7 @@ func cancelReservation(st *[3]int64, now, t, n, act int64) int64 {
 	if act < now {
 		return 0 // it has acted, or could have
 	}
-	cost := ratemath.MulSat(n, t)
+	cost := intmath.MulSat(n, t)
 	restore := cost - (st[2] - act) // what later reservations do not count on
 	if restore <= 0 {
 		return 0

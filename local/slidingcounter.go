@@ -3,7 +3,7 @@ package local
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -49,14 +49,14 @@ func slidingCounter(res *limit.Result, st *[3]int64, now int64, p *policy, n int
 	elapsed := min(max(now-start, 0), period-1)
 	budget := int64(s) * p.lim.Rate
 	cost := n * int64(ShareOne)
-	w := ratemath.Weighted(st[1], st[2], elapsed, period)
+	w := intmath.Weighted(st[1], st[2], elapsed, period)
 	allowed := w+cost <= budget || (cost > budget && w == 0)
 	res.Allowed = allowed
 	if allowed {
 		st[2] += cost
 		w += cost
 	} else {
-		res.RetryAfter = time.Duration(ratemath.SlidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
+		res.RetryAfter = time.Duration(intmath.SlidingRetry(st[1], st[2], elapsed, period, max(budget-cost, 0)))
 	}
 	res.Remaining = max(budget-w, 0) / int64(ShareOne)
 	switch {

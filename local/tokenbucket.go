@@ -3,7 +3,7 @@ package local
 import (
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -35,7 +35,7 @@ func tokenBucket(res *limit.Result, st *[3]int64, now int64, p *policy, n int64,
 	t := gcraInterval(st, p, s)
 	tau := p.tolerance
 	tat := max(st[0], now)
-	cost := ratemath.MulSat(n, t)
+	cost := intmath.MulSat(n, t)
 	newTAT := tat + cost
 	// A request heavier than this node's share of the burst could never fit:
 	// it is admitted when the node's allowance is full, into debt, rather
@@ -73,5 +73,5 @@ func remainingTokens(now, tat, tau, interval int64) int64 {
 // that the global state does not hold yet, counted at the share's interval.
 func seedTAT(st *[3]int64, p *policy, s Share, globalTAT, pending int64) {
 	st[1] = 0
-	st[0] = globalTAT + ratemath.MulSat(pending, gcraInterval(st, p, s))
+	st[0] = globalTAT + intmath.MulSat(pending, gcraInterval(st, p, s))
 }

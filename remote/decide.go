@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hybridlimit/hybridlimit/internal/ratemath"
+	"github.com/hybridlimit/hybridlimit/intmath"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -176,7 +176,7 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	now := nowUs * 1000
 	d := Decision{Result: limit.Result{Limit: lim, Allowed: allowed}, State: limit.State{TAT: now + after}, Now: now,
 		Lost: len(vals) > 4 && vals[4] == int64(1)}
-	cost := ratemath.MulSat(n, interval)
+	cost := intmath.MulSat(n, interval)
 	switch {
 	case mode == modeMeter:
 		if !allowed {
@@ -280,9 +280,9 @@ func windowResult(lim limit.Limit, allowed bool, n, c, p, now int64, win limit.W
 		return res
 	}
 	if !allowed {
-		res.RetryAfter = time.Duration(ratemath.SlidingRetry(p, c, elapsed, period, max(lim.Rate-n, 0)))
+		res.RetryAfter = time.Duration(intmath.SlidingRetry(p, c, elapsed, period, max(lim.Rate-n, 0)))
 	}
-	res.Remaining = max(lim.Rate-ratemath.Weighted(p, c, elapsed, period), 0)
+	res.Remaining = max(lim.Rate-intmath.Weighted(p, c, elapsed, period), 0)
 	switch {
 	case c > 0:
 		res.ResetAfter = time.Duration(nextEnd - win.Start - elapsed)

@@ -23,7 +23,7 @@ import (
 // (after "ACL SETUSER <user> on ><password> "): its prefix's keys only, and
 // only the commands it sends and its scripts call.
 const leastPrivilege = "resetkeys ~rl:* resetchannels &rl:* -@all +ping +evalsha +script|load +subscribe " +
-	"+time +get +set +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +zmscore +publish"
+	"+time +get +set +exists +hget +hmget +hgetall +hset +hdel +hincrby +del +pexpire +pexpireat +pttl +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +publish"
 
 // The rule names every command the scripts call (so a script that starts
 // calling another fails here, not in production), and docs/redis.md gives

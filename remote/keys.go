@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
 )
@@ -124,4 +125,53 @@ func checkPrefix(prefix string) error {
 		}
 	}
 	return nil
+}
+
+// claimMember names (key, lim) in the registry of contested keys
+// (registry.lua): the algorithm, the limit, then the key itself, which may
+// hold any byte.
+func claimMember(key string, lim limit.Limit) string {
+	return algorithmTags[lim.Algorithm] + "|" + limitTag(lim) + "|" + key
+}
+
+// parseClaimMember reads a claim member back.
+func parseClaimMember(m string) (string, limit.Limit, bool) {
+	alg, rest, ok := strings.Cut(m, "|")
+	if !ok {
+		return "", limit.Limit{}, false
+	}
+	tag, key, ok := strings.Cut(rest, "|")
+	if !ok || key == "" {
+		return "", limit.Limit{}, false
+	}
+	var lim limit.Limit
+	found := false
+	for a, t := range algorithmTags {
+		if t == alg {
+			lim.Algorithm, found = limit.Algorithm(a), true
+		}
+	}
+	parts := strings.Split(tag, "/")
+	if !found || len(parts) < 2 {
+		return "", limit.Limit{}, false
+	}
+	rate, err1 := strconv.ParseInt(parts[0], 10, 64)
+	period, err2 := time.ParseDuration(parts[1])
+	if err1 != nil || err2 != nil {
+		return "", limit.Limit{}, false
+	}
+	lim.Rate, lim.Period = rate, period
+	if len(parts) == 3 {
+		burst, err := strconv.ParseInt(parts[2], 10, 64)
+		if err != nil {
+			return "", limit.Limit{}, false
+		}
+		if burst != rate {
+			lim.Burst = burst
+		}
+	}
+	if lim.Validate() != nil || limitTag(lim) != tag {
+		return "", limit.Limit{}, false
+	}
+	return key, lim, true
 }

@@ -186,7 +186,7 @@ func (s *Store) Reconcile(ctx context.Context, reports []Report, round *Round) e
 	if _, single := s.client.(*redis.Client); !single {
 		per = 1
 	}
-	hb := &Heartbeat{Mark: MaxMark}
+	hb := &Heartbeat{}
 	calls := []*call{s.heartbeatCall(hb)}
 	if round.NoHeartbeat {
 		calls = calls[:0]

@@ -81,7 +81,7 @@ type Store struct {
 	lease     time.Duration
 	short     time.Duration
 	ledgerTTL time.Duration
-	fleetKeys [5]string
+	fleetKey  string
 	// registryKeys are Async's registry of contested keys (registry.lua).
 	registryKeys [5]string
 	scripts      scripts
@@ -138,7 +138,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		lease:        lease,
 		short:        short,
 		ledgerTTL:    max(cmpOr(opts.LedgerTTL, DefaultLedgerTTL), active),
-		fleetKeys:    fleetKeyNames(prefix),
+		fleetKey:     fleetKeyName(prefix),
 		registryKeys: registryKeyNames(prefix),
 		scripts:      newScripts(),
 		now:          now,

@@ -2,6 +2,7 @@ package measure
 
 import (
 	"context"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,5 +65,12 @@ func TestFleetOffersWhatWasOwedWhenItsTickIsLate(t *testing.T) {
 	}
 	if r.Offered < 198 || r.Offered > 200 {
 		t.Fatalf("offered %d, want 200", r.Offered)
+	}
+}
+
+func TestCommitNamesHEAD(t *testing.T) {
+	c := Commit()
+	if !regexp.MustCompile(`^[0-9a-f]{12}(\+changes)?$`).MatchString(c) && c != "unknown (not a git checkout)" {
+		t.Fatalf("Commit() = %q, want 12 hex digits (+changes)", c)
 	}
 }

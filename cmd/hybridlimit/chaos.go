@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,15 +40,21 @@ func runChaos(ctx context.Context, args []string, out io.Writer) error {
 	mode := modeFlag(fs)
 	plotFile := fs.String("plot", "chaos.svg", "write the timeline here (.svg or .png)")
 	progress := fs.Bool("progress", true, "show a progress bar on stderr")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
-		return err
+		return misuse(fs, fmt.Errorf("chaos: %w", err))
 	}
 	if *at+*lasts > *duration {
-		return fmt.Errorf("the failure (%v from %v) must end within the run (%v)", *lasts, *at, *duration)
+		return misuse(fs, fmt.Errorf("chaos: the failure (%v from %v) must end within the run (%v)", *lasts, *at, *duration))
+	}
+	if !slices.Contains(failures, *failure) {
+		return misuse(fs, fmt.Errorf("chaos: unknown failure %q (want one of %s)", *failure, strings.Join(failures, ", ")))
+	}
+	if err := checkPlotPath(*plotFile); err != nil {
+		return misuse(fs, fmt.Errorf("chaos: -%w", err))
 	}
 
 	// Always a Redis of our own: chaos kills, stops and restarts it.

@@ -52,7 +52,7 @@ func TestHelpExitsZero(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stdout, "lint")
 	code, _, stderr = asProcess(t, "nope")
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, `unknown command "nope"`)
 }
 
@@ -130,7 +130,7 @@ func TestLint(t *testing.T) {
 		{"under a bound set higher", []string{"-rules-max-size", "2MiB", large}, 0, []string{large + ": ok"}},
 		{"over a bound set lower", []string{"-rules-max-size", "100B", good}, 1, []string{"over the size bound of 100 B"}},
 		{"a bound of nothing", []string{"-rules-max-size", "0", good}, 2, nil},
-		{"no file", nil, 2, []string{"usage: hybridlimit lint"}},
+		{"no file", nil, 2, nil},
 		{"a bad flag", []string{"-nope", good}, 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,17 +25,17 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	downAt := fs.Duration("down-at", 7*time.Second, "when Redis goes away (0: never)")
 	upAt := fs.Duration("up-at", 13*time.Second, "when Redis comes back")
 	mode := modeFlag(fs)
-	interval := fs.Duration("interval", 20*time.Millisecond, "the sync interval (async mode)")
-	addr := fs.String("redis", envRedis(), "a Redis to use (default $REDIS_ADDR; else a private redis-server)")
-	if err := fs.Parse(args); err != nil {
+	interval := fs.Duration("sync-interval", hybrid.DefaultSyncInterval, "async mode: time between reconciliations with Redis")
+	addr := fs.String("redis", envRedis(), redisUsage)
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
-		return err
+		return misuse(fs, fmt.Errorf("demo: %w", err))
 	}
 	if *nodes < 1 || *offered <= 0 || *duration <= 0 {
-		return errors.New("need at least one node, a positive offered multiple and a duration")
+		return misuse(fs, errors.New("demo: need at least one node, a positive offered multiple and a duration"))
 	}
 
 	be, err := newBackend(*addr, out)

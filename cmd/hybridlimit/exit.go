@@ -1,6 +1,9 @@
 package main
 
-import "errors"
+import (
+	"errors"
+	"io"
+)
 
 // Exit statuses, for scripts and CI steps.
 const (
@@ -25,9 +28,24 @@ func withExit(code int, err error) error {
 	return &exitError{code: code, err: err}
 }
 
-// exitCode is the status the process ends with for err: the one withExit
-// gave it, else 1.
+// usageError is a command used wrongly: an unknown command or flag, a value
+// a flag cannot take, an argument too many or missing. The process prints
+// it on one line, then usage (the command's, or the command list), both on
+// standard error, and exits 2 (exitUsage). Make one with misuse.
+type usageError struct {
+	err   error
+	usage func(io.Writer)
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// exitCode is the status the process ends with for err: exitUsage for a
+// usage error, the one withExit gave it, else 1.
 func exitCode(err error) int {
+	if _, ok := errors.AsType[*usageError](err); ok {
+		return exitUsage
+	}
 	if e, ok := errors.AsType[*exitError](err); ok {
 		return e.code
 	}

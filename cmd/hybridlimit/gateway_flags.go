@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/rules"
@@ -56,6 +58,12 @@ type gatewayOptions struct {
 // The gateway's defaults: what a gateway facing the Internet should start
 // with. docs/gateway.md says why each is what it is.
 const (
+	// defaultListen and defaultAdmin are on loopback until opened, and
+	// apart from the rls command's defaults (gRPC 8081, admin 8080, after
+	// envoyproxy/ratelimit), so both run on one host as they are.
+	defaultListen = "127.0.0.1:8088"
+	defaultAdmin  = "127.0.0.1:9090"
+
 	defaultReadHeaderTimeout = 5 * time.Second
 	defaultReadTimeout       = 30 * time.Second
 	defaultWriteTimeout      = 35 * time.Second
@@ -89,15 +97,15 @@ func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 		failStatuses: []int{502, 503, 504}}
 	fs := newFlagSet("gateway", out)
 
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "the public address to serve on")
-	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "the admin address for metrics, health and readiness (keep it private); empty for none")
+	fs.StringVar(&o.listen, "listen", defaultListen, "the public address to serve on")
+	fs.StringVar(&o.admin, "admin", defaultAdmin, "the admin address for metrics, health and readiness (keep it private); empty for none")
 	upstream := fs.String("upstream", "", "the service to proxy to, such as http://127.0.0.1:9000 (required)")
 	fs.StringVar(&o.rulesFile, "rules", "", "the rules file (YAML, reloaded on change); empty: the RATE_LIMIT_* environment")
 	o.rulesMaxSize = rules.DefaultMaxFileSize
 	fs.Var(&o.rulesMaxSize, "rules-max-size", "the largest rules file read (a larger one is refused, and a reload to it keeps the rules in force): 1048576, 512KiB, 10MiB")
 	fs.BoolVar(&o.allowUnlimited, "allow-unlimited", false, "start even when the rules set no limit (every request passes unlimited)")
 
-	fs.StringVar(&o.redis, "redis", envRedis(), "the Redis the gateway's nodes share: host:port or a redis:// or rediss:// URL (default $REDIS_ADDR; empty: local only)")
+	fs.StringVar(&o.redis, "redis", envRedis(), "the Redis the gateways share: host:port or a redis:// or rediss:// URL (default $REDIS_ADDR; empty: local only)")
 	mode := modeFlag(fs)
 	fs.Func("fallback", "while Redis is down: conservative (the limit divided among the nodes), fail-open or fail-closed (default conservative)", func(s string) error {
 		for _, f := range []hybrid.Fallback{hybrid.Conservative, hybrid.FailOpen, hybrid.FailClosed} {
@@ -163,25 +171,25 @@ func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGTERM, how long readiness answers 503 before the listener closes, so load balancers stop sending")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long requests in flight may take to finish at shutdown")
 
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
 	}
 	o.mode = *mode
 	if o.clientLabels == "" {
 		o.clientLabels = "hashed"
 	}
+	if *upstream == "" {
+		return nil, misuse(fs, errors.New("gateway: -upstream is required: the service to proxy to, such as http://127.0.0.1:9000"))
+	}
 	target, err := url.Parse(*upstream)
 	if err != nil || target.Scheme == "" || target.Host == "" {
-		return nil, fmt.Errorf("gateway: -upstream %q: want an absolute URL such as http://127.0.0.1:9000", *upstream)
+		return nil, misuse(fs, fmt.Errorf("gateway: -upstream %q: want an absolute URL such as http://127.0.0.1:9000", *upstream))
 	}
 	if target.Scheme != "http" && target.Scheme != "https" {
-		return nil, fmt.Errorf("gateway: -upstream %q: scheme %q, want http or https", *upstream, target.Scheme)
+		return nil, misuse(fs, fmt.Errorf("gateway: -upstream %q: scheme %q, want http or https", *upstream, target.Scheme))
 	}
 	o.upstream = target
-	return o, o.check()
+	return o, misuse(fs, o.check())
 }
 
 // check reports flag values that cannot work together.
@@ -219,6 +227,11 @@ func (o *gatewayOptions) check() error {
 	}
 	if o.admin != "" && o.admin == o.listen && !strings.HasSuffix(o.admin, ":0") {
 		errs = append(errs, fmt.Errorf("gateway: -admin %s is the public -listen address: metrics and health must not be public", o.admin))
+	}
+	if strings.Contains(o.redis, "://") {
+		if _, err := redis.ParseURL(o.redis); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: -redis: %w", err))
+		}
 	}
 	if o.redis == "" && o.startDegraded {
 		errs = append(errs, errors.New("gateway: -start-degraded needs -redis: without Redis the gateway is local only and never degraded"))

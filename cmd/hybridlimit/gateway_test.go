@@ -715,7 +715,7 @@ func TestGatewayFlagErrors(t *testing.T) {
 		{[]string{}, "-upstream"},
 		{[]string{"-upstream", "ftp://x"}, `scheme "ftp"`},
 		{[]string{"-upstream", up, "-upstream-timeout", "40s"}, "-upstream-timeout 40s must be shorter than -write-timeout 35s"},
-		{[]string{"-upstream", up, "-admin", "127.0.0.1:8080"}, "must not be public"},
+		{[]string{"-upstream", up, "-admin", defaultListen}, "must not be public"},
 		{[]string{"-upstream", up, "-client", "cookie"}, `unknown client keying "cookie"`},
 		{[]string{"-upstream", up, "-fallback", "maybe"}, `unknown fallback "maybe"`},
 		{[]string{"-upstream", up, "-max-body", "ten"}, `size "ten"`},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,18 +22,14 @@ func runLint(_ context.Context, args []string, out io.Writer) error {
 	strict := fs.Bool("strict", false, "count warnings as problems: rules that limit nothing, which the gateway refuses without -allow-unlimited")
 	maxSize := byteSize(rules.DefaultMaxFileSize)
 	fs.Var(&maxSize, "rules-max-size", "the largest rules file read, as the gateway's flag: a larger one is a problem (1048576, 512KiB, 10MiB)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return withExit(exitUsage, err)
+	if err := parseFlags(fs, args, true); err != nil {
+		return err
 	}
 	if maxSize <= 0 {
-		return withExit(exitUsage, fmt.Errorf("lint: -rules-max-size %v must be positive", &maxSize))
+		return misuse(fs, fmt.Errorf("lint: -rules-max-size %v must be positive", &maxSize))
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return withExit(exitUsage, errors.New("lint: no file given"))
+		return misuse(fs, errors.New("lint: no file given"))
 	}
 	var lookup func(string) (string, bool)
 	if *env {

@@ -52,13 +52,22 @@ const (
 	legendMargin = vg.Centimeter / 2
 )
 
+// checkPlotPath reports a path whose extension picks no format of
+// savePlots: the commands check it before they run for seconds.
+func checkPlotPath(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".png" && ext != ".svg" {
+		return fmt.Errorf("plot %s: want a .png or .svg file", path)
+	}
+	return nil
+}
+
 // savePlots draws panels stacked vertically into path; its extension (.png
 // or .svg) picks the format.
 func savePlots(path string, panels ...panel) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".png" && ext != ".svg" {
-		return fmt.Errorf("plot %s: want a .png or .svg file", path)
+	if err := checkPlotPath(path); err != nil {
+		return err
 	}
+	ext := strings.ToLower(filepath.Ext(path))
 	height := panelHeight * vg.Length(len(panels))
 	var canvas vg.CanvasWriterTo
 	if ext == ".svg" {

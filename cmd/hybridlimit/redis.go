@@ -75,5 +75,10 @@ func (b *backend) client() redis.UniversalClient {
 	})
 }
 
-// envRedis is the Redis the environment names.
+// envRedis is the Redis the environment names: REDIS_ADDR, for every
+// command (rls also reads envoyproxy/ratelimit's REDIS_URL).
 func envRedis() string { return os.Getenv("REDIS_ADDR") }
+
+// redisUsage describes -redis for the commands that run nodes of their own
+// (demo and tune).
+const redisUsage = "a Redis to use, host:port (default $REDIS_ADDR; else a private redis-server this command starts and stops)"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -136,6 +137,17 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// redis is the Redis the environment names: envoyproxy/ratelimit's
+// REDIS_URL, or REDIS_ADDR, which every command reads. Both set, to
+// different Redis servers, is a mistake in the environment.
+func (e *env) redis() string {
+	url, addr := e.str("REDIS_URL", ""), e.str("REDIS_ADDR", "")
+	if url != "" && addr != "" && url != addr {
+		e.errs = append(e.errs, fmt.Errorf("REDIS_URL=%q and REDIS_ADDR=%q name different Redis servers: set one", url, addr))
+	}
+	return cmp.Or(url, addr)
+}
+
 // hostPort joins the host and port variables name_HOST and name_PORT.
 func (e *env) hostPort(prefix, defHost string, defPort int) string {
 	return net.JoinHostPort(e.str(prefix+"HOST", defHost), strconv.Itoa(e.integer(prefix+"PORT", defPort)))
@@ -155,7 +167,7 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.BoolVar(&s.mergeDomains, "merge-domains", e.boolean("MERGE_DOMAIN_CONFIG", false), "let several files configure one domain (env MERGE_DOMAIN_CONFIG)")
 	fs.BoolVar(&s.configRequired, "config-required", e.boolean("HYBRIDLIMIT_CONFIG_REQUIRED", false), "exit at start when the configuration directory does not load; by default the service starts, answers every call with an error and reports NOT_SERVING until a valid configuration loads, as envoyproxy/ratelimit does (env HYBRIDLIMIT_CONFIG_REQUIRED)")
 
-	fs.StringVar(&s.redisURL, "redis", e.str("REDIS_URL", ""), "the Redis: host:port, a unix socket path or redis:// URL; master,sentinel1,... for sentinel; host1:port,host2:port for cluster; empty: local only (env REDIS_URL)")
+	fs.StringVar(&s.redisURL, "redis", e.redis(), "the Redis: host:port, a unix socket path or redis:// URL; master,sentinel1,... for sentinel; host1:port,host2:port for cluster; empty: local only (env REDIS_URL, as envoyproxy/ratelimit, or REDIS_ADDR, as the other commands)")
 	fs.StringVar(&s.redisType, "redis-type", strings.ToLower(e.str("REDIS_TYPE", "single")), "single, sentinel or cluster (env REDIS_TYPE)")
 	fs.StringVar(&s.redisSocket, "redis-socket-type", strings.ToLower(e.str("REDIS_SOCKET_TYPE", "")), "tcp or unix; empty: unix for a path, else tcp (env REDIS_SOCKET_TYPE)")
 	fs.StringVar(&s.redisAuth, "redis-auth", e.str("REDIS_AUTH", ""), "password, or user:password (env REDIS_AUTH)")
@@ -170,7 +182,7 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&s.prefix, "prefix", e.str("CACHE_KEY_PREFIX", "rls:"), "starts every Redis key (env CACHE_KEY_PREFIX)")
 
 	s.mode = hybrid.Async
-	fs.Func("mode", "async (decide in memory, reconcile through Redis; the default), sync (decide in Redis) or local (no Redis) (env HYBRIDLIMIT_MODE)", func(v string) error {
+	fs.Func("mode", modeUsage+" (env HYBRIDLIMIT_MODE)", func(v string) error {
 		m, err := parseMode(v)
 		s.mode = m
 		return err
@@ -202,9 +214,9 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.BoolVar(&s.shadowMode, "shadow-mode", e.boolean("SHADOW_MODE", false), "never answer OVER_LIMIT overall, while counting (env SHADOW_MODE)")
 	fs.BoolVar(&s.quotaMode, "quota-mode", e.boolean("QUOTA_MODE", false), "answer OK for every descriptor over its limit (env QUOTA_MODE)")
 	fs.BoolVar(&s.headers, "response-headers", e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false), "ask Envoy to add limit, remaining and reset headers (env LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.StringVar(&s.headerNames.Limit, "limit-header", e.str("LIMIT_LIMIT_HEADER", envoyrls.DefaultHeaders.Limit), "(env LIMIT_LIMIT_HEADER)")
-	fs.StringVar(&s.headerNames.Remaining, "remaining-header", e.str("LIMIT_REMAINING_HEADER", envoyrls.DefaultHeaders.Remaining), "(env LIMIT_REMAINING_HEADER)")
-	fs.StringVar(&s.headerNames.Reset, "reset-header", e.str("LIMIT_RESET_HEADER", envoyrls.DefaultHeaders.Reset), "(env LIMIT_RESET_HEADER)")
+	fs.StringVar(&s.headerNames.Limit, "limit-header", e.str("LIMIT_LIMIT_HEADER", envoyrls.DefaultHeaders.Limit), "with -response-headers, the name of the header carrying the limit of the descriptor closest to its limit (env LIMIT_LIMIT_HEADER)")
+	fs.StringVar(&s.headerNames.Remaining, "remaining-header", e.str("LIMIT_REMAINING_HEADER", envoyrls.DefaultHeaders.Remaining), "with -response-headers, the name of the header carrying the requests that descriptor has left (env LIMIT_REMAINING_HEADER)")
+	fs.StringVar(&s.headerNames.Reset, "reset-header", e.str("LIMIT_RESET_HEADER", envoyrls.DefaultHeaders.Reset), "with -response-headers, the name of the header carrying the seconds until that descriptor's window resets (env LIMIT_RESET_HEADER)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", e.float("NEAR_LIMIT_RATIO", 0.8), "a check is near its limit past this fraction of it, for rate_limit_near_limit_total (env NEAR_LIMIT_RATIO)")
 	fs.IntVar(&s.maxKeys, "max-keys", e.integer("HYBRIDLIMIT_MAX_KEYS", defaultMaxKeys), "counters held in memory; beyond, the least recently used are evicted (rate_limit_keys_evicted_total), an evicted counter coming back as spent as it was (env HYBRIDLIMIT_MAX_KEYS)")
 	fs.IntVar(&s.maxKeyBytes, "max-key-bytes", e.integer("HYBRIDLIMIT_MAX_KEY_BYTES", envoyrls.DefaultMaxKeyBytes), "a counter whose name (domain, descriptor keys and values) is longer is counted under a 25-byte digest of it, each distinct name still apart (rate_limit_long_keys_total); at least 32 (env HYBRIDLIMIT_MAX_KEY_BYTES)")
@@ -213,40 +225,37 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.StringVar(&s.logFormat, "log-format", strings.ToLower(e.str("LOG_FORMAT", "text")), "text or json (env LOG_FORMAT)")
 	fs.DurationVar(&s.maxConnAge, "grpc-max-connection-age", e.duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour), "close gRPC connections older than this, so clients re-resolve (env GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&s.maxConnDrop, "grpc-max-connection-age-grace", e.duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour), "then force them closed after this (env GRPC_MAX_CONNECTION_AGE_GRACE)")
-	fs.DurationVar(&s.drain, "drain", 10*time.Second, "on SIGTERM, how long in-flight calls may finish before the server stops")
+	fs.DurationVar(&s.drain, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long in-flight calls may finish before the server stops (as the gateway's flag)")
 	fs.BoolVar(&s.reflection, "grpc-reflection", e.boolean("HYBRIDLIMIT_GRPC_REFLECTION", true), "serve gRPC server reflection, for grpcurl and the like; -grpc-reflection=false turns it off (env HYBRIDLIMIT_GRPC_REFLECTION)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return nil, err
 	}
 	if len(e.errs) > 0 {
-		return nil, fmt.Errorf("rls: environment: %w", errors.Join(e.errs...))
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("rls: unexpected arguments %q", fs.Args())
+		return nil, misuse(fs, fmt.Errorf("rls: environment: %w", errors.Join(e.errs...)))
 	}
 	switch {
 	case s.nearLimitRatio <= 0 || s.nearLimitRatio > 1:
-		return nil, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio)
+		return nil, misuse(fs, fmt.Errorf("rls: -near-limit-ratio %v: want a fraction in (0, 1]", s.nearLimitRatio))
 	case s.drain <= 0:
-		return nil, fmt.Errorf("rls: -drain %v: want a positive duration", s.drain)
+		return nil, misuse(fs, fmt.Errorf("rls: -shutdown-timeout %v: want a positive duration", s.drain))
 	case s.maxKeys <= 0:
-		return nil, fmt.Errorf("rls: -max-keys %d: want a positive number", s.maxKeys)
+		return nil, misuse(fs, fmt.Errorf("rls: -max-keys %d: want a positive number", s.maxKeys))
 	case s.maxKeyBytes < 32:
-		return nil, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes)
+		return nil, misuse(fs, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes))
+	}
+	if _, err := s.logger(io.Discard); err != nil {
+		return nil, misuse(fs, err)
+	}
+	// The Redis settings, checked before anything starts (a client does no
+	// I/O until it is used).
+	client, err := s.redisClient()
+	if err != nil {
+		return nil, misuse(fs, err)
+	}
+	if client != nil {
+		_ = client.Close()
 	}
 	return s, nil
-}
-
-func parseMode(v string) (hybrid.Mode, error) {
-	switch strings.ToLower(v) {
-	case "async":
-		return hybrid.Async, nil
-	case "sync":
-		return hybrid.Sync, nil
-	case "local", "localonly", "local-only":
-		return hybrid.LocalOnly, nil
-	}
-	return hybrid.Async, fmt.Errorf("unknown mode %q (want async, sync or local)", v)
 }
 
 func parseFallback(v string) (hybrid.Fallback, error) {
@@ -425,7 +434,7 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 	if client != nil {
 		defer client.Close()
 	} else if s.mode != hybrid.LocalOnly {
-		log.Warn("rls: no Redis (-redis, REDIS_URL): each instance limits on its own")
+		log.Warn("rls: no Redis (-redis, REDIS_URL or REDIS_ADDR): each instance limits on its own")
 	}
 	if client != nil && s.fleetSize == 0 && s.fallback == hybrid.Conservative {
 		log.Info("rls: no -fleet-size: if Redis is down when this instance starts, it does not start (it has not seen the fleet to divide the limits by)")

@@ -51,7 +51,7 @@ type tuneRow struct {
 // operator can pick the interval for a deployment.
 func runTune(ctx context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("tune", out)
-	addr := fs.String("redis", envRedis(), "the Redis to measure (default $REDIS_ADDR; else a private redis-server)")
+	addr := fs.String("redis", envRedis(), redisUsage)
 	nodes := fs.Int("nodes", 4, "limiter nodes")
 	rate := fs.Int64("rate", 1000, "the shared limit, requests per second")
 	burst := fs.Int64("burst", 100, "the limit's burst")
@@ -67,31 +67,36 @@ func runTune(ctx context.Context, args []string, out io.Writer) error {
 	target := fs.Float64("target-error", 1, "the largest error, in percent of the limit, the recommended interval may show")
 	var budget redisBudget
 	fs.Var(&budget, "redis-budget", "the most Redis load the recommended interval may cost: commands per second (2000/s) or CPU, percent of one core (5%); default none")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
 	if *target <= 0 || math.IsNaN(*target) {
-		return fmt.Errorf("tune: -target-error %v: want a positive percentage, such as 1", *target)
+		return misuse(fs, fmt.Errorf("tune: -target-error %v: want a positive percentage, such as 1", *target))
 	}
 	intervals, err := parseDurations(*intervalList)
 	if err != nil {
-		return err
+		return misuse(fs, fmt.Errorf("tune: -intervals: %w", err))
 	}
 	if *keys < 1 || *keys > workload.MaxKeys {
-		return fmt.Errorf("tune: -keys %d: want 1 to %d", *keys, workload.MaxKeys)
+		return misuse(fs, fmt.Errorf("tune: -keys %d: want 1 to %d", *keys, workload.MaxKeys))
 	}
 	if *zipf < 0 || math.IsNaN(*zipf) || math.IsInf(*zipf, 0) {
-		return fmt.Errorf("tune: -zipf %v: want 0 (every key alike) or more", *zipf)
+		return misuse(fs, fmt.Errorf("tune: -zipf %v: want 0 (every key alike) or more", *zipf))
 	}
 	if *keysRate < 0 || math.IsNaN(*keysRate) || math.IsInf(*keysRate, 0) {
-		return fmt.Errorf("tune: -keys-rate %v: want a positive number of decisions per second", *keysRate)
+		return misuse(fs, fmt.Errorf("tune: -keys-rate %v: want a positive number of decisions per second", *keysRate))
 	}
 	if *keysRate == 0 {
 		*keysRate = *offered * float64(*rate)
 	}
+	if *plotFile != "" {
+		if err := checkPlotPath(*plotFile); err != nil {
+			return misuse(fs, fmt.Errorf("tune: -%w", err))
+		}
+	}
 	lim := hybrid.PerSecond(*rate).WithBurst(*burst)
 	if err := lim.Validate(); err != nil {
-		return err
+		return misuse(fs, fmt.Errorf("tune: %w", err))
 	}
 	be, err := newBackend(*addr, io.Discard)
 	if err != nil {

@@ -21,11 +21,8 @@ var version = ""
 // when known, the Go version and the platform.
 func runVersion(_ context.Context, args []string, out io.Writer) error {
 	fs := newFlagSet("version", out)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, false); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return withExit(exitUsage, fmt.Errorf("version takes no arguments, got %q", fs.Args()))
 	}
 	fmt.Fprintln(out, versionLine())
 	return nil

@@ -12,7 +12,6 @@ import (
 
 var (
 	verifyCount = flag.Int("verify.count", 0, "TestVerify: how many scenarios to run (0: skip)")
-	verifySeed  = flag.Int64("verify.seed", 0, "TestVerify: the first seed (0: from the clock, printed)")
 )
 
 // fixedSeeds cover the shapes in a handful of scenarios (see Scenario.String
@@ -44,13 +43,13 @@ func TestFixedSet(t *testing.T) {
 	t.Logf("\n%v", &tally)
 }
 
-// TestVerify runs -verify.count scenarios from -verify.seed on and reports
+// TestVerify runs -verify.count scenarios from -seed on and reports
 // what they found: `make verify`.
 func TestVerify(t *testing.T) {
 	if *verifyCount <= 0 {
 		t.Skip("the long run: make verify (or -verify.count=N)")
 	}
-	first := *verifySeed
+	first := *seedFlag
 	if first == 0 {
 		first = time.Now().UnixNano() % 1_000_000_000
 	}

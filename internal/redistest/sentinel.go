@@ -22,15 +22,24 @@ const (
 	sentinelCount  = 3
 	sentinelQuorum = 2
 	// downAfterMs is how long the master must not answer before a sentinel
-	// considers it down (down-after-milliseconds).
-	downAfterMs = 1000
+	// considers it down (down-after-milliseconds). A server on a starved CPU
+	// (make test-under-load: stress-ng on every core beside the suite) can
+	// miss a second: at 1 s the sentinels failed masters over, and back, of
+	// their own accord, during set-up and mid-test. Five seconds gives a
+	// starved server five times the room (TestSentinelOutlastsAStall stalls
+	// one for three), and costs four seconds in KillMaster.
+	downAfterMs = 5000
 	// failoverTimeoutMs is Sentinel's failover-timeout: how long a started
 	// failover may take before it is aborted, and (doubled) how long after an
-	// attempt the sentinels wait before trying again.
-	failoverTimeoutMs = 3000
+	// attempt the sentinels wait before trying again. A promotion a starved
+	// replica acknowledges late is not aborted (and undone) before 6 s.
+	failoverTimeoutMs = 6000
 	// sentinelWait bounds every wait of this file. A failover takes a few
-	// seconds (see Sentinel); the bound only catches a stuck setup.
-	sentinelWait = 30 * time.Second
+	// seconds (see Sentinel), more on a loaded machine: a sentinel whose
+	// timer ran late enters TILT and does nothing for 30 s, and a split vote
+	// retries after twice the failover-timeout. The bound only catches a
+	// stuck setup.
+	sentinelWait = 2 * time.Minute
 	// clientTimeout is the default dial, read and write timeout of the
 	// clients Sentinel.Client returns.
 	clientTimeout = 500 * time.Millisecond
@@ -68,16 +77,18 @@ func sentinelTuning() []any {
 // reconfiguration is an unknown command, and does nothing. REPLICAOF, the
 // same command under its current name, is left alone for tests to use.
 //
-// The sentinels consider a master down after 1 s without an answer
-// (down-after-milliseconds 1000), use a failover-timeout of 3 s and are
-// tuned with SENTINEL DEBUG to poll every 250 ms (see sentinelTuning), which
-// needs Redis 7.0 or later. StartSentinel then takes about 0.5 s. A graceful
-// Failover switches the master after about 1 s (Sentinel waits for the
-// promoted replica's next INFO, polled every second during a failover) and
-// returns after 2.5-3.5 s, once the old master has been demoted and has
-// resynced. A killed master is replaced after 2-3.5 s (down after 1 s, then
+// The sentinels consider a master down after 5 s without an answer
+// (down-after-milliseconds 5000: a starved CPU must not fail a master over),
+// use a failover-timeout of 6 s and are tuned with SENTINEL DEBUG to poll
+// every 250 ms (see sentinelTuning), which needs Redis 7.0 or later.
+// StartSentinel then takes about 0.5 s. A graceful Failover switches the
+// master after about 1 s (Sentinel waits for the promoted replica's next
+// INFO, polled every second during a failover) and returns after
+// 2.5-3.5 s, once the old master has been demoted and has resynced. A
+// killed or hung master is replaced after 6-7.5 s (down after 5 s, then
 // agreement, a random delay of up to 1 s and the election), and after
-// 7-10 s in the rare case where the sentinels split their votes and retry.
+// about 20 s in the rare case where the sentinels split their votes and
+// retry.
 // The sentinels are not exposed: their log tails are reported, like every
 // server's, when the test fails.
 //
@@ -93,10 +104,13 @@ type Sentinel struct {
 }
 
 // StartSentinel starts a master, a replica of it and three sentinels
-// monitoring them, and returns once every sentinel reports the master, knows
-// the two other sentinels and sees the replica in sync. Options apply to the
-// master and the replica, not to the sentinels. Cleanup and failure
-// reporting are as for Start.
+// monitoring them, and returns once every sentinel reports the same master,
+// knows the two other sentinels and sees the replica in sync. That master is
+// almost always the first one started; should the sentinels have failed it
+// over while the setup converged (a machine starved for seconds), it is the
+// other, and the setup is as healthy: Servers lists the master StartSentinel
+// returns with first. Options apply to the master and the replica, not to
+// the sentinels. Cleanup and failure reporting are as for Start.
 func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
 	bin, err := lookBinary("redis-server", "REDIS_SERVER")
@@ -128,7 +142,10 @@ sentinel deny-scripts-reconfig yes
 		}
 		s.sentinels = append(s.sentinels, sen)
 	}
-	s.waitHealthy(t, master)
+	s.waitHealthy(t, nil)
+	if m := s.master(t); m != master {
+		s.data[0], s.data[1] = m, master
+	}
 	return s
 }
 
@@ -147,8 +164,8 @@ func (s *Sentinel) SentinelAddrs() []string {
 	return addrs
 }
 
-// Servers returns the two data servers, the first master first. The slice is
-// a copy; the servers are shared.
+// Servers returns the two data servers, the master StartSentinel returned
+// with first. The slice is a copy; the servers are shared.
 func (s *Sentinel) Servers() []*Server { return slices.Clone(s.data) }
 
 // Master returns the data server that a majority of the sentinels report as
@@ -346,7 +363,7 @@ func (s *Sentinel) RestartAsReplica(t testing.TB, srv *Server) {
 }
 
 // WaitHealthy waits until the setup has converged, failing the test after
-// 30 s: every sentinel reports the same running master, which accepts
+// two minutes: every sentinel reports the same running master, which accepts
 // writes, sees it as up and knows the other sentinels, and every running
 // replica is in sync with the master and seen as a healthy replica by every
 // sentinel. Killed or paused data servers are not checked.

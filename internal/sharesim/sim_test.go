@@ -13,10 +13,9 @@ import (
 )
 
 var (
-	seedFlag  = flag.Int64("seed", 1, "the scenario TestReplay plays")
+	seedFlag  = flag.Int64("seed", shortFrom, "the scenario TestReplay plays, and the first TestSearch plays")
 	traceFlag = flag.String("story", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
 	countFlag = flag.Int("sim.count", shortCount, "how many scenarios TestSearch plays (make verify: 10,000)")
-	fromFlag  = flag.Int64("sim.from", shortFrom, "the first seed TestSearch plays")
 )
 
 // TestReplay plays one seed and prints what happened.
@@ -82,7 +81,7 @@ func search(from int64, count int) []*Result {
 // short run (make test) on more than the known ones.
 func TestSearch(t *testing.T) {
 	start := time.Now()
-	results := search(*fromFlag, *countFlag)
+	results := search(*seedFlag, *countFlag)
 	took := time.Since(start)
 	var cov Coverage
 	classes := map[string][]int64{} // the failing seeds of each class
@@ -105,7 +104,7 @@ func TestSearch(t *testing.T) {
 		}
 	}
 	t.Logf("%d scenarios (seeds %d to %d) in %v on %d CPUs: %d failed; %d decisions, %d ops\n%v",
-		*countFlag, *fromFlag, *fromFlag+int64(*countFlag)-1, took.Round(time.Millisecond), runtime.GOMAXPROCS(0), failed, decisions, ops, &cov)
+		*countFlag, *seedFlag, *seedFlag+int64(*countFlag)-1, took.Round(time.Millisecond), runtime.GOMAXPROCS(0), failed, decisions, ops, &cov)
 	var b strings.Builder
 	for _, c := range slices.Sorted(maps.Keys(classes)) {
 		seeds := classes[c]
@@ -114,7 +113,7 @@ func TestSearch(t *testing.T) {
 	if len(classes) > 0 {
 		t.Logf("failures by class (a scenario may fail in several):%s", b.String())
 	}
-	short := *fromFlag == shortFrom && *countFlag == shortCount
+	short := *seedFlag == shortFrom && *countFlag == shortCount
 	if !short {
 		if failed > 0 {
 			t.Errorf("%d of %d scenarios failed", failed, *countFlag)

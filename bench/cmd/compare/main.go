@@ -19,14 +19,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -297,27 +295,13 @@ func loadAvg() string {
 	return strings.Join(f[:3], ", ")
 }
 
-// commit is the checkout's commit (git rev-parse), marked "+ changes" when
-// tracked files differ from it, or "unknown".
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		c += " + changes"
-	}
-	return c
-}
-
 func envInfo(ctx context.Context, admin *redis.Client) environment {
 	return environment{
 		Redis:     redisVersion(ctx, admin),
 		Machine:   fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s/%s", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH),
 		Go:        runtime.Version(),
 		Date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		Commit:    commit(),
+		Commit:    measure.Commit(),
 		LoadStart: loadAvg(),
 	}
 }

@@ -250,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	defer b.admin.Close()
 	redisVersion, _ := b.admin.Info(ctx, "server").Result()
 
-	rep := &report{o: o, started: time.Now(), redis: field(redisVersion, "redis_version"), cpus: runtime.NumCPU(), goVersion: runtime.Version(), loadStart: loadAverage()}
+	rep := &report{o: o, started: time.Now(), commit: measure.Commit(), redis: field(redisVersion, "redis_version"), cpus: runtime.NumCPU(), goVersion: runtime.Version(), loadStart: loadAverage()}
 	for _, kind := range o.kinds {
 		for _, n := range o.instances {
 			if !o.cases["latency"] {

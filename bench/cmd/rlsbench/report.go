@@ -17,6 +17,7 @@ import (
 type report struct {
 	o         options
 	started   time.Time
+	commit    string // the code measured (measure.Commit)
 	took      time.Duration
 	redis     string
 	cpus      int
@@ -62,8 +63,8 @@ func since(d time.Duration) string {
 func (r *report) write(w io.Writer) {
 	o := r.o
 	fmt.Fprintf(w, "# hybridlimit rls and envoyproxy/ratelimit, side by side\n\n")
-	fmt.Fprintf(w, "Run %s, %d CPUs, %s, Redis %s; took %s; load average %s at the start, %s at the end (the machine is shared). Command: `make bench-rls` (`cd bench && go run ./cmd/rlsbench%s`).\n\n",
-		r.started.UTC().Format("2006-01-02 15:04 MST"), r.cpus, r.goVersion, r.redis, r.took.Round(time.Second), r.loadStart, r.loadEnd, r.flags())
+	fmt.Fprintf(w, "Run %s at commit %s, %d CPUs, %s, Redis %s; took %s; load average %s at the start, %s at the end (the machine is shared). Command: `make bench-rls` (`cd bench && go run ./cmd/rlsbench%s`).\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), r.commit, r.cpus, r.goVersion, r.redis, r.took.Round(time.Second), r.loadStart, r.loadEnd, r.flags())
 	fmt.Fprintf(w, "Both services run as child processes with the same environment variables (envoyproxy/ratelimit's), the same configuration "+
 		"and one private redis-server, flushed before each run; envoyproxy/ratelimit %s at its defaults (REDIS_TIMEOUT 10 s, no local cache), "+
 		"hybridlimit rls in async mode (sync interval %v). The load: %d client goroutines, each with one gRPC connection to every instance, "+

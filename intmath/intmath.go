@@ -1,8 +1,9 @@
-// Package ratemath is the integer arithmetic the local engine and the Redis
+// Package intmath is the integer arithmetic the local engine and the Redis
 // client share, so that a decision reads the same whichever made it: exact
 // 128-bit products for the sliding window counter, and saturating products
-// for time in state. No floats.
-package ratemath
+// for time in state. No floats. It imports nothing of the module: it is the
+// bottom of the core.
+package intmath
 
 import "math/bits"
 

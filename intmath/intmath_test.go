@@ -1,4 +1,4 @@
-package ratemath
+package intmath
 
 import (
 	"math"
