@@ -22,11 +22,11 @@ type accumulator struct {
 
 // ruleAcc is one rule's counts.
 type ruleAcc struct {
-	lim                      limit.Limit
-	shadow                   bool
-	checked, denied          int64
-	limited, shadowed        int64
-	retry                    map[int64]int64 // Retry-After seconds → requests
+	lim               limit.Limit
+	shadow            bool
+	checked, denied   int64
+	limited, shadowed int64
+	retry             map[int64]int64 // Retry-After seconds → requests
 }
 
 // clientAcc is one client's counts.
