@@ -99,7 +99,8 @@ func TestJSON(t *testing.T) {
 		`{"start_time":"yesterday","method":"GET","path":"/"}`:                                 "time field",
 		`{"start_time":"2026-10-10T20:55:36Z","path":"/"}`:                                     "no method and path",
 		`{"start_time":"2026-10-10T20:55:36Z","method":"GET","path":"/","response_code":"ok"}`: "status",
-		`{"start_time":"2026-10-10T20:55:36Z","method":"GET","path":"/"} {}`:                   "more than one",
+		`{"start_time":"2026-10-10T20:55:36Z","method":"GET","path":"/"} {}`:                   "after top-level value",
+		`[1, 2]`: "a JSON value of another kind",
 	} {
 		var e Entry
 		err := parseJSON([]byte(line), &envoy, &e)

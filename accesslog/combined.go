@@ -107,6 +107,11 @@ func quoted(b []byte) (string, []byte, error) {
 	if len(b) == 0 || b[0] != '"' {
 		return "", nil, errors.New("want a quoted field")
 	}
+	// Most fields escape nothing: the bytes up to the closing quote.
+	end := bytes.IndexByte(b[1:], '"')
+	if end >= 0 && bytes.IndexByte(b[1:1+end], '\\') < 0 {
+		return string(b[1 : 1+end]), skipSpace(b[2+end:]), nil
+	}
 	var sb strings.Builder
 	for i := 1; i < len(b); i++ {
 		switch c := b[i]; c {

@@ -10,105 +10,213 @@ import (
 	"time"
 )
 
-// jsonFields is Fields with each name split into its path.
+// The fields of an Entry, as slots of jsonFields.
+const (
+	fTime = iota
+	fMethod
+	fPath
+	fRequest
+	fStatus
+	fRemoteAddr
+	fForwardedFor
+	fUser
+	fTier
+	fAPIKey
+	nFields
+)
+
+// jsonFields is Fields as the scanner reads them: each name's slot, and
+// the objects on the way to a nested one.
 type jsonFields struct {
-	time, method, path, request, status, remoteAddr, forwardedFor, user, tier, apiKey []string
+	names    [nFields]string
+	slot     map[string]int  // dotted name → slot
+	prefixes map[string]bool // dotted names of objects holding a field
 }
 
 func newJSONFields(f Fields) jsonFields {
-	split := func(name string) []string {
+	jf := jsonFields{names: [nFields]string{f.Time, f.Method, f.Path, f.Request, f.Status, f.RemoteAddr, f.ForwardedFor, f.User, f.Tier, f.APIKey},
+		slot: map[string]int{}, prefixes: map[string]bool{}}
+	for i, name := range jf.names {
 		if name == "" {
-			return nil
+			continue
 		}
-		return strings.Split(name, ".")
+		jf.slot[name] = i
+		for j := range len(name) {
+			if name[j] == '.' {
+				jf.prefixes[name[:j]] = true
+			}
+		}
 	}
-	return jsonFields{time: split(f.Time), method: split(f.Method), path: split(f.Path), request: split(f.Request),
-		status: split(f.Status), remoteAddr: split(f.RemoteAddr), forwardedFor: split(f.ForwardedFor),
-		user: split(f.User), tier: split(f.Tier), apiKey: split(f.APIKey)}
+	return jf
 }
 
-// parseJSON reads one JSON object into e.
+// jsonValue is a field's value as written: a string's bytes between its
+// quotes, or a number's or literal's.
+type jsonValue struct {
+	raw      []byte
+	str, set bool
+}
+
+// text is the value as text: a string unescaped, a number as written; ""
+// for null.
+func (v jsonValue) text() string {
+	switch {
+	case !v.set || !v.str && string(v.raw) == "null":
+		return ""
+	case !v.str || bytes.IndexByte(v.raw, '\\') < 0:
+		return string(v.raw)
+	}
+	var s string
+	quoted := make([]byte, 0, len(v.raw)+2)
+	quoted = append(append(append(quoted, '"'), v.raw...), '"')
+	_ = json.Unmarshal(quoted, &s) // valid: the line passed json.Valid
+	return s
+}
+
+// parseJSON reads one JSON object into e. The line is checked whole with
+// json.Valid, then scanned once for the fields wanted, without building the
+// object.
 func parseJSON(line []byte, f *jsonFields, e *Entry) error {
-	var obj map[string]any
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.UseNumber()
-	if err := d.Decode(&obj); err != nil {
-		return errors.New("not a JSON object: " + err.Error())
+	line = bytes.TrimSpace(line)
+	if !json.Valid(line) {
+		var v any
+		if err := json.Unmarshal(line, &v); err != nil {
+			return errors.New("not a JSON object: " + err.Error())
+		}
+		return errors.New("not a JSON object") // json.Valid and Unmarshal disagree: never seen
 	}
-	if d.More() {
-		return errors.New("more than one JSON value on the line")
+	if len(line) == 0 || line[0] != '{' {
+		return errors.New("not a JSON object: a JSON value of another kind")
 	}
-	name := func(path []string) string { return strings.Join(path, ".") }
-	raw, ok := lookup(obj, f.time)
-	if !ok {
-		return errors.New("no time field " + strconv.Quote(name(f.time)))
+	var vals [nFields]jsonValue
+	f.scan(line, 0, "", &vals)
+	name := func(slot int) string { return strconv.Quote(f.names[slot]) }
+	tv := vals[fTime]
+	if !tv.set || !tv.str && string(tv.raw) == "null" {
+		return errors.New("no time field " + name(fTime))
+	}
+	var raw any = json.Number(tv.raw)
+	if tv.str {
+		raw = tv.text()
 	}
 	t, res, err := jsonTime(raw)
 	if err != nil {
-		return errors.New("time field " + strconv.Quote(name(f.time)) + ": " + err.Error())
+		return errors.New("time field " + name(fTime) + ": " + err.Error())
 	}
-	*e = Entry{Time: t, Resolution: res}
-	e.Method, _ = text(obj, f.method)
-	e.Target, _ = text(obj, f.path)
+	*e = Entry{Time: t, Resolution: res, Method: vals[fMethod].text(), Target: vals[fPath].text()}
 	if e.Method == "" || e.Target == "" {
-		if line, ok := text(obj, f.request); ok {
+		if line := vals[fRequest].text(); line != "" {
 			e.Method, e.Target, _ = requestLine(line)
 		}
 	}
 	if e.Method == "" || e.Target == "" {
-		return errors.New("no method and path (fields " + strconv.Quote(name(f.method)) + " and " + strconv.Quote(name(f.path)) +
-			", or a request line in " + strconv.Quote(name(f.request)) + ")")
+		return errors.New("no method and path (fields " + name(fMethod) + " and " + name(fPath) + ", or a request line in " + name(fRequest) + ")")
 	}
-	if s, ok := text(obj, f.status); ok && s != "" {
+	if s := vals[fStatus].text(); s != "" {
 		if e.Status, err = strconv.Atoi(s); err != nil {
-			return errors.New("status field " + strconv.Quote(name(f.status)) + ": " + strconv.Quote(s) + " is not a number")
+			return errors.New("status field " + name(fStatus) + ": " + strconv.Quote(s) + " is not a number")
 		}
 	}
-	e.RemoteAddr, _ = text(obj, f.remoteAddr)
-	e.ForwardedFor, _ = text(obj, f.forwardedFor)
-	e.User, _ = text(obj, f.user)
-	e.Tier, _ = text(obj, f.tier)
-	e.APIKey, _ = text(obj, f.apiKey)
+	e.RemoteAddr = vals[fRemoteAddr].text()
+	e.ForwardedFor = vals[fForwardedFor].text()
+	e.User, e.Tier, e.APIKey = vals[fUser].text(), vals[fTier].text(), vals[fAPIKey].text()
 	if e.ForwardedFor == "-" {
 		e.ForwardedFor = "" // Envoy writes "-" for a header the request lacked
 	}
 	return nil
 }
 
-// lookup finds the value at path in obj.
-func lookup(obj map[string]any, path []string) (any, bool) {
-	if len(path) == 0 {
-		return nil, false
-	}
-	var v any = obj
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, false
+// scan reads the object that starts at b[i] (valid JSON), keeping in vals
+// the members whose dotted names (under prefix) are wanted, and descending
+// into the objects that hold some. It returns the index after the object.
+func (f *jsonFields) scan(b []byte, i int, prefix string, vals *[nFields]jsonValue) int {
+	i++ // '{'
+	for {
+		i = skipWS(b, i)
+		if b[i] == '}' {
+			return i + 1
 		}
-		if v, ok = m[p]; !ok {
-			return nil, false
+		if b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+		kstart := i + 1
+		i = skipString(b, i)
+		key := b[kstart : i-1]
+		i = skipWS(b, i) + 1 // ':'
+		i = skipWS(b, i)
+		var slot int
+		var wanted, holds bool
+		if prefix == "" { // a lookup by string(key) allocates nothing
+			slot, wanted = f.slot[string(key)]
+			holds = b[i] == '{' && f.prefixes[string(key)]
+		} else {
+			slot, wanted = f.slot[prefix+"."+string(key)]
+			holds = b[i] == '{' && f.prefixes[prefix+"."+string(key)]
+		}
+		switch {
+		case holds:
+			i = f.scan(b, i, strings.TrimPrefix(prefix+"."+string(key), "."), vals)
+		case wanted && b[i] == '"':
+			end := skipString(b, i)
+			vals[slot] = jsonValue{raw: b[i+1 : end-1], str: true, set: true}
+			i = end
+		case wanted && b[i] != '{' && b[i] != '[':
+			end := skipValue(b, i)
+			vals[slot] = jsonValue{raw: b[i:end], set: true}
+			i = end
+		default:
+			i = skipValue(b, i)
 		}
 	}
-	return v, v != nil
 }
 
-// text is the value at path as text: a string as it is, a number as
-// written.
-func text(obj map[string]any, path []string) (string, bool) {
-	v, ok := lookup(obj, path)
-	if !ok {
-		return "", false
+// skipWS returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
-	switch v := v.(type) {
-	case string:
-		return v, true
-	case json.Number:
-		return v.String(), true
-	case bool:
-		return strconv.FormatBool(v), true
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
 	}
-	return "", false
+	return i
+}
+
+// skipValue returns the index after the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
 }
 
 // jsonTime reads a timestamp and how precisely it is given.
