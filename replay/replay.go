@@ -205,6 +205,9 @@ func (r *Replay) request(e accesslog.Entry) *http.Request {
 	if e.APIKey != "" {
 		req.Header.Set(r.cfg.APIKeyHeader, e.APIKey)
 	}
+	if e.User == "" && e.Tier == "" {
+		return req // its Context is Background
+	}
 	ctx := context.Background()
 	if e.User != "" {
 		ctx = context.WithValue(ctx, userKey, e.User)
