@@ -306,6 +306,11 @@ func (ex *explanation) write(out io.Writer) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
+	table := b.String() // a check without shadow or state ends in the table's padding
+	b.Reset()
+	for line := range strings.Lines(table) {
+		b.WriteString(strings.TrimRight(line, " \n") + "\n")
+	}
 	b.WriteString("\n")
 	switch {
 	case ex.states == nil:
