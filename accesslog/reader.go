@@ -34,7 +34,6 @@ type Reader struct {
 	opts     Options
 	format   Format // resolved at the first line
 	fields   jsonFields
-	src      io.Reader
 	closer   io.Closer
 	counted  *countingReader
 	br       *bufio.Reader
@@ -94,9 +93,6 @@ func NewReader(src io.Reader, name string, opts Options) (*Reader, error) {
 	}
 	return r, nil
 }
-
-// Name returns the name the Reader reads under.
-func (r *Reader) Name() string { return r.name }
 
 // Next reads the next entry into e and reports whether it did: false at
 // the end of the log, or when it could not be read (Err says why). Lines
