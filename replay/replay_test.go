@@ -245,8 +245,8 @@ func TestReplayMemoryIsBoundedByTheClients(t *testing.T) {
 		runtime.ReadMemStats(&ms)
 		return ms.HeapAlloc, r
 	}
-	small, rs1 := heapAfter(200)   // 10,000 requests
-	large, rs2 := heapAfter(2_000) // 100,000 requests
+	small, rs1 := heapAfter(100)   // 5,000 requests
+	large, rs2 := heapAfter(1_000) // 50,000 requests
 	for _, r := range []*Replay{rs1, rs2} {
 		assert.Len(t, r.runs[0].acc.clients, 50)
 		assert.Len(t, r.runs[0].acc.rules, 2)
@@ -254,7 +254,7 @@ func TestReplayMemoryIsBoundedByTheClients(t *testing.T) {
 	}
 	_, _ = rs1.Finish()
 	_, _ = rs2.Finish()
-	t.Logf("heap after 10,000 requests %d KiB, after 100,000 %d KiB", small>>10, large>>10)
+	t.Logf("heap after 5,000 requests %d KiB, after 50,000 %d KiB", small>>10, large>>10)
 	assert.Less(t, int64(large)-int64(small), int64(4<<20), "the heap grows with the log")
 }
 
