@@ -27,11 +27,11 @@ type gatewayOptions struct {
 	fleetSize           int
 	startDegraded       bool
 	unreadyWhenDegraded bool
-	keying
 	clientLabels        string // hashed, plain or none
 	metricsPath         string
 	healthPath          string
 	readyPath           string
+	keying              // who a client is: -trusted-proxies, -client, -api-key-header, -hash-api-keys
 
 	// The public server's timeouts and limits (0: none).
 	readHeaderTimeout, readTimeout, writeTimeout, idleTimeout time.Duration
