@@ -140,29 +140,10 @@ func ParseFields(s string, base Fields) (Fields, error) {
 		if !ok {
 			return f, fmt.Errorf("accesslog: field %q: want name=field", part)
 		}
-		var dst *string
-		switch strings.ToLower(strings.TrimSpace(name)) {
-		case "time":
-			dst = &f.Time
-		case "method":
-			dst = &f.Method
-		case "path":
-			dst = &f.Path
-		case "request":
-			dst = &f.Request
-		case "status":
-			dst = &f.Status
-		case "remote_addr":
-			dst = &f.RemoteAddr
-		case "x_forwarded_for":
-			dst = &f.ForwardedFor
-		case "user":
-			dst = &f.User
-		case "tier":
-			dst = &f.Tier
-		case "api_key":
-			dst = &f.APIKey
-		default:
+		dst, ok := map[string]*string{"time": &f.Time, "method": &f.Method, "path": &f.Path, "request": &f.Request,
+			"status": &f.Status, "remote_addr": &f.RemoteAddr, "x_forwarded_for": &f.ForwardedFor, "user": &f.User,
+			"tier": &f.Tier, "api_key": &f.APIKey}[strings.ToLower(strings.TrimSpace(name))]
+		if !ok {
 			return f, fmt.Errorf("accesslog: field %q: unknown name %q (want time, method, path, request, status, remote_addr, x_forwarded_for, user, tier or api_key)", part, name)
 		}
 		*dst = strings.TrimSpace(field)

@@ -24,8 +24,7 @@ import (
 // explainOptions is explain's command line.
 type explainOptions struct {
 	rulesFile string
-	env       bool
-	maxSize   byteSize
+	rulesSource
 	keying
 	method, path, remoteAddr string
 	headers                  []string
@@ -58,7 +57,7 @@ func runExplain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return withExit(exitUsage, fmt.Errorf("explain: %w", err))
 	}
-	rs, err := loadRulesFile("explain", o.rulesFile, o.env, int64(o.maxSize))
+	rs, err := o.load("explain", o.rulesFile)
 	if err != nil {
 		return err
 	}
@@ -83,11 +82,10 @@ func runExplain(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func parseExplainFlags(args []string, out io.Writer) (*explainOptions, error) {
-	o := &explainOptions{maxSize: byteSize(rules.DefaultMaxFileSize)}
+	o := &explainOptions{}
 	fs := newFlagSet("explain", out)
 	fs.StringVar(&o.rulesFile, "rules", "", "the rules file (required)")
-	fs.BoolVar(&o.env, "env", false, "overlay the RATE_LIMIT_* environment, as the gateway does (default: the file alone)")
-	fs.Var(&o.maxSize, "rules-max-size", "the largest rules file read, as the gateway's flag")
+	o.rulesSource.register(fs)
 	o.keying.register(fs)
 	fs.StringVar(&o.method, "method", "", "the request's method (default GET)")
 	fs.StringVar(&o.path, "path", "", "the request's path, with any query (default /)")
@@ -108,15 +106,9 @@ func parseExplainFlags(args []string, out io.Writer) (*explainOptions, error) {
 		return nil, err
 	}
 	o.curl = fs.Args()
-	var errs []error
-	if o.rulesFile == "" {
-		errs = append(errs, errors.New("explain: -rules is required"))
-	}
+	errs := []error{o.rulesSource.check("explain", o.rulesFile)}
 	if len(o.curl) > 0 && (o.method != "" || o.path != "" || len(o.headers) > 0) {
 		errs = append(errs, errors.New("explain: give the request by -method, -path and -H, or as a curl line, not both"))
-	}
-	if o.maxSize <= 0 {
-		errs = append(errs, fmt.Errorf("explain: -rules-max-size %v must be positive", &o.maxSize))
 	}
 	errs = append(errs, o.keying.check("explain"))
 	return o, errors.Join(errs...)
@@ -190,17 +182,17 @@ func explainStore(ctx context.Context, client redis.UniversalClient, where, pref
 
 // explanation is what explain found for one request.
 type explanation struct {
-	req      *http.Request
-	rs       *rules.Rules
-	client   clientKeying
-	addr     netip.Addr
-	steps    []httpkey.Step
-	addrErr  error
-	plan     middleware.Plan
-	planErr  error
-	states   []peeked // with -redis: each check's, in order
-	redis    string
-	prefix   string
+	req     *http.Request
+	rs      *rules.Rules
+	client  clientKeying
+	addr    netip.Addr
+	steps   []httpkey.Step
+	addrErr error
+	plan    middleware.Plan
+	planErr error
+	states  []peeked // with -redis: each check's, in order
+	redis   string
+	prefix  string
 }
 
 // peeked is one check's state in Redis.

@@ -14,14 +14,12 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/accesslog"
 	"github.com/hybridlimit/hybridlimit/replay"
-	"github.com/hybridlimit/hybridlimit/rules"
 )
 
 // replayOptions is replay's command line.
 type replayOptions struct {
 	rulesFile, compareFile string
-	env                    bool
-	maxSize                byteSize
+	rulesSource
 	keying
 	format   accesslog.Format
 	fields   accesslog.Fields
@@ -52,7 +50,7 @@ func runReplay(ctx context.Context, args []string, out io.Writer) error {
 		if file == "" {
 			continue
 		}
-		rs, err := loadRulesFile("replay", file, o.env, int64(o.maxSize))
+		rs, err := o.load("replay", file)
 		if err != nil {
 			return err
 		}
@@ -125,12 +123,11 @@ func runReplay(ctx context.Context, args []string, out io.Writer) error {
 }
 
 func parseReplayFlags(args []string, out io.Writer) (*replayOptions, error) {
-	o := &replayOptions{maxSize: byteSize(rules.DefaultMaxFileSize), fields: accesslog.EnvoyFields()}
+	o := &replayOptions{fields: accesslog.EnvoyFields()}
 	fs := newFlagSet("replay", out)
 	fs.StringVar(&o.rulesFile, "rules", "", "the rules file to replay through (required)")
 	fs.StringVar(&o.compareFile, "compare", "", "a second rules file, replayed beside the first: the requests and clients answered differently")
-	fs.BoolVar(&o.env, "env", false, "overlay the RATE_LIMIT_* environment over the rules files, as the gateway does (default: the files alone)")
-	fs.Var(&o.maxSize, "rules-max-size", "the largest rules file read, as the gateway's flag")
+	o.rulesSource.register(fs)
 	o.keying.register(fs)
 	fs.Func("format", "the logs' format: auto (each file by its first line), combined (also common) or json (default auto)", func(s string) error {
 		var err error
@@ -152,18 +149,12 @@ func parseReplayFlags(args []string, out io.Writer) (*replayOptions, error) {
 		return nil, err
 	}
 	o.logs = fs.Args()
-	var errs []error
-	if o.rulesFile == "" {
-		errs = append(errs, errors.New("replay: -rules is required"))
-	}
+	errs := []error{o.rulesSource.check("replay", o.rulesFile)}
 	if len(o.logs) == 0 {
 		errs = append(errs, errors.New("replay: no log given (files, plain or gzip; - for standard input)"))
 	}
 	if o.top < 0 || o.maxKeys < 0 {
 		errs = append(errs, fmt.Errorf("replay: -top %d and -max-keys %d must not be negative", o.top, o.maxKeys))
-	}
-	if o.maxSize <= 0 {
-		errs = append(errs, fmt.Errorf("replay: -rules-max-size %v must be positive", &o.maxSize))
 	}
 	if o.progress != "auto" && o.progress != "on" && o.progress != "off" {
 		errs = append(errs, fmt.Errorf("replay: -progress %q: want auto, on or off", o.progress))
