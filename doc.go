@@ -41,6 +41,8 @@
 //     limiters.
 //   - upstream: a reverse proxy to one upstream with timeouts, a body limit
 //     and a circuit breaker, for the gateway.
+//   - accesslog, replay: HTTP access logs read and merged in time order,
+//     and replayed through rules files: what would have been limited.
 //   - internal/...: kits for the tests, the benchmarks and the command line:
 //     private Redis servers, a fault proxy, fleets driven with load, the
 //     fleet checker and the deterministic simulation of Async mode.

@@ -74,6 +74,7 @@ func FuzzXForwardedFor(f *testing.F) {
 func checkFuzzed(t *testing.T, r httpkey.IPResolver, name, value, remote string) {
 	req := &http.Request{RemoteAddr: remote, Header: http.Header{name: strings.Split(value, "\n")}}
 	got, err := r.ClientIP(req)
+	checkTrace(t, r, req, got, err)
 	if err != nil {
 		if !strings.HasPrefix(err.Error(), "httpkey: ") {
 			t.Fatalf("error %q lacks the package prefix", err)

@@ -82,6 +82,13 @@ func (r *IPResolver) Validate() error {
 // socket's "@" or "", for instance. That error does not wrap ErrNoKey, so
 // First does not silently fall back past a listener the resolver cannot read.
 func (r *IPResolver) ClientIP(req *http.Request) (netip.Addr, error) {
+	return r.clientIP(req, nil, nil)
+}
+
+// clientIP is ClientIP, telling peer (when not nil) of the peer and, when
+// it is trusted, note of each forwarding entry read, with the header's
+// name.
+func (r *IPResolver) clientIP(req *http.Request, peerNote func(netip.Addr), note func(header string) noteFunc) (netip.Addr, error) {
 	if err := r.Header.check(); err != nil {
 		return netip.Addr{}, err
 	}
@@ -89,14 +96,21 @@ func (r *IPResolver) ClientIP(req *http.Request) (netip.Addr, error) {
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("httpkey: RemoteAddr %q is not an IP address with or without a port", req.RemoteAddr)
 	}
+	if peerNote != nil {
+		peerNote(peer)
+	}
 	if !trusts(r.TrustedProxies, peer) {
 		return peer, nil
 	}
 	name, values := r.Header.pick(req.Header)
-	if name == headerForwarded {
-		return walkForwarded(values, peer, r.TrustedProxies), nil
+	var n noteFunc
+	if note != nil {
+		n = note(name)
 	}
-	return walkXForwardedFor(values, peer, r.TrustedProxies), nil
+	if name == headerForwarded {
+		return walkForwarded(values, peer, r.TrustedProxies, n), nil
+	}
+	return walkXForwardedFor(values, peer, r.TrustedProxies, n), nil
 }
 
 // Key returns the rate-limit key of req's client: "ip:" and the address

@@ -66,14 +66,21 @@ func parseTrustedProxy(s string) (netip.Prefix, error) {
 // matches the IPv4 addresses it maps, as ParseTrustedProxies would have made
 // it; an invalid (zero) prefix matches nothing.
 func trusts(prefixes []netip.Prefix, a netip.Addr) bool {
+	_, ok := trustedBy(prefixes, a)
+	return ok
+}
+
+// trustedBy returns the first of prefixes that holds a, as trusts reads
+// them.
+func trustedBy(prefixes []netip.Prefix, a netip.Addr) (netip.Prefix, bool) {
 	for _, p := range prefixes {
 		if p.Contains(a) {
-			return true
+			return p, true
 		}
 		if pa := p.Addr(); a.Is4() && pa.Is4In6() && p.Bits() >= 96 &&
 			netip.PrefixFrom(pa.Unmap(), p.Bits()-96).Contains(a) {
-			return true
+			return p, true
 		}
 	}
-	return false
+	return netip.Prefix{}, false
 }

@@ -20,10 +20,13 @@ import (
 //
 // So a chain of trusted proxies only yields its leftmost entry, and a chain
 // whose first entry (from the right) is malformed yields the peer.
+//
+// note, when not nil, is told of every entry read, in order, as written and
+// as parsed (good false for a malformed one): Trace's account of the walk.
 
 // walkForwarded walks the chain of Forwarded header values, later header
 // lines being further right.
-func walkForwarded(values []string, peer netip.Addr, trusted []netip.Prefix) netip.Addr {
+func walkForwarded(values []string, peer netip.Addr, trusted []netip.Prefix, note noteFunc) netip.Addr {
 	client := peer
 	for v := len(values) - 1; v >= 0; v-- {
 		sc := newForwardedScanner(values[v])
@@ -35,6 +38,9 @@ func walkForwarded(values []string, peer netip.Addr, trusted []netip.Prefix) net
 			a, good := netip.Addr{}, false
 			if ok {
 				a, good = parseNode(node, obfPortOK)
+			}
+			if note != nil {
+				note(node, a, good)
 			}
 			if !good {
 				return client
@@ -51,7 +57,7 @@ func walkForwarded(values []string, peer netip.Addr, trusted []netip.Prefix) net
 // walkXForwardedFor walks the chain of X-Forwarded-For header values, later
 // header lines being further right. Entries are separated by commas; empty
 // ones are skipped.
-func walkXForwardedFor(values []string, peer netip.Addr, trusted []netip.Prefix) netip.Addr {
+func walkXForwardedFor(values []string, peer netip.Addr, trusted []netip.Prefix, note noteFunc) netip.Addr {
 	client := peer
 	for v := len(values) - 1; v >= 0; v-- {
 		s := values[v]
@@ -63,6 +69,9 @@ func walkXForwardedFor(values []string, peer netip.Addr, trusted []netip.Prefix)
 				continue
 			}
 			a, ok := parseNode(entry, 0)
+			if note != nil {
+				note(entry, a, ok)
+			}
 			if !ok {
 				return client
 			}
@@ -74,3 +83,7 @@ func walkXForwardedFor(values []string, peer netip.Addr, trusted []netip.Prefix)
 	}
 	return client
 }
+
+// noteFunc is told of one entry of a forwarding chain: as written, as
+// parsed, and whether it parsed.
+type noteFunc func(entry string, a netip.Addr, good bool)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
-	"slices"
 	"strconv"
 	"time"
 
@@ -29,15 +28,14 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	planner, err := NewPlanner(cfg)
+	if err != nil {
+		return nil, err
+	}
 	m := &core{
 		lim:        cfg.Limiter,
 		rules:      cfg.Rules,
-		ip:         cfg.IP,
-		client:     cfg.Client,
-		user:       cfg.User,
-		tier:       cfg.Tier,
-		priority:   cfg.Priority,
-		cost:       cfg.Cost,
+		planner:    planner,
 		headers:    cfg.Headers,
 		onError:    cfg.OnError,
 		onDenied:   cfg.OnDenied,
@@ -45,13 +43,9 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 		log:        cfg.Logger,
 		failClosed: cfg.Limiter.Fallback() == hybrid.FailClosed,
 	}
-	m.ip.TrustedProxies = slices.Clone(cfg.IP.TrustedProxies)
 	m.penalties.maxClients = cfg.PenaltyClients
 	if m.penalties.maxClients == 0 {
 		m.penalties.maxClients = DefaultPenaltyClients
-	}
-	if m.client == nil {
-		m.client = httpkey.IP(m.ip)
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -75,12 +69,7 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 type core struct {
 	lim        *hybrid.Limiter
 	rules      func() *rules.Rules
-	ip         httpkey.IPResolver
-	client     httpkey.Extractor
-	user       func(context.Context) (string, bool)
-	tier       func(*http.Request) string
-	priority   func(*http.Request) bool
-	cost       func(*http.Request) int64
+	planner    *Planner
 	headers    Headers
 	onError    func(http.ResponseWriter, *http.Request, error)
 	onDenied   func(http.ResponseWriter, *http.Request, Denial)
@@ -161,46 +150,19 @@ func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
 	if rs == nil {
 		return verdict{outcome: observe.Failed, err: errNilRules}
 	}
-	if !rs.Enabled() {
-		return verdict{outcome: observe.Passed}
-	}
-	client, err := m.client(r)
-	if err != nil {
-		return verdict{outcome: observe.Failed, err: fmt.Errorf("middleware: client key: %w", err)}
-	}
-	ip, err := m.ip.ClientIP(r)
-	if err != nil {
-		return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
-	}
-	ipKey, err := m.ip.KeyOf(ip)
-	if err != nil {
-		return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: client address: %w", err)}
-	}
-	req := rules.Request{Method: r.Method, Path: cleanPath(r.URL.Path), IP: ip, IPKey: ipKey, Client: client}
-	if m.user != nil {
-		if id, ok := m.user(r.Context()); ok {
-			req.User = id
-		}
-	}
-	if m.tier != nil {
-		req.Tier = m.tier(r)
-	}
-	if m.priority != nil {
-		req.Priority = m.priority(r)
-	}
-	cost := int64(1)
-	if m.cost != nil {
-		if cost = m.cost(r); cost < 0 {
-			return verdict{outcome: observe.Failed, client: client, err: fmt.Errorf("middleware: negative request cost %d", cost)}
-		}
-	}
-	shadow := rs.Shadow()
-
 	sc := m.pool.get(rs.MaxChecks())
 	defer m.pool.put(sc)
-	banned, checks := rs.Plan(req, sc.checks)
-	sc.checks = checks
-	if banned {
+	plan, err := m.planner.Plan(r, rs, sc.checks)
+	client := plan.Request.Client
+	if err != nil {
+		return verdict{outcome: observe.Failed, client: client, err: err}
+	}
+	if !plan.Enabled {
+		return verdict{outcome: observe.Passed}
+	}
+	sc.checks = plan.Checks
+	shadow := rs.Shadow()
+	if plan.Banned {
 		if shadow {
 			return verdict{outcome: observe.ShadowLimited, rule: observe.RuleBan, client: client}
 		}
@@ -219,7 +181,7 @@ func (m *core) evaluate(w http.ResponseWriter, r *http.Request) verdict {
 			return verdict{outcome: observe.Banned, rule: observe.RulePenalty, client: client, wait: wait}
 		}
 	}
-	v := m.check(r.Context(), w.Header(), sc, cost, now)
+	v := m.check(r.Context(), w.Header(), sc, plan.Cost, now)
 	v.client = client
 	if pen != nil && (v.outcome == observe.Limited || shadow && v.outcome == observe.ShadowLimited) {
 		pen.Strike(client, now)

@@ -135,6 +135,15 @@ func (s *Store) CancelN(ctx context.Context, key string, lim limit.Limit, n, act
 	return gave, d, err
 }
 
+// level is the bucket level k's estimate stands for at its time, in ns
+// (0: none): what gcra.lua restores a key whose state is gone to.
+func (k Known) level() int64 {
+	if k.Estimate.TAT > k.Now && k.Now > 0 {
+		return k.Estimate.TAT - k.Now
+	}
+	return 0
+}
+
 // seqArg encodes k's sequence number and low mark as the decide scripts
 // read them: "seq:low", or "seq" without a low mark.
 func seqArg(k Known) string {
@@ -158,13 +167,9 @@ func check(key string, lim limit.Limit, n int64) error {
 // gcra runs gcra.lua in mode, with what the caller knows (k) and the mode's
 // two arguments a9 and a10 (see the script).
 func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int64, mode int, k Known, a9, a10 int64) (Decision, error) {
-	est := int64(0)
-	if k.Estimate.TAT > k.Now && k.Now > 0 {
-		est = k.Estimate.TAT - k.Now
-	}
 	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
 	vals, err := run(ctx, s.client, s.scripts.gcra, []string{redisKey(s.prefix, lim, key)},
-		interval, tau, n, mode, ms(s.active), s.node, seqArg(k), est, a9, a10).Slice()
+		interval, tau, n, mode, ms(s.active), s.node, seqArg(k), k.level(), a9, a10).Slice()
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
@@ -172,10 +177,18 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 	if err != nil {
 		return Decision{}, classify(op, key, err)
 	}
-	allowed, before, after, nowUs := v[0] == 1, v[1], v[2], v[3]
-	now := nowUs * 1000
-	d := Decision{Result: limit.Result{Limit: lim, Allowed: allowed}, State: limit.State{TAT: now + after}, Now: now,
-		Lost: len(vals) > 4 && vals[4] == int64(1)}
+	d := gcraDecision(lim, n, mode, v[0] == 1, v[1], v[2], v[3]*1000, a9)
+	d.Lost = len(vals) > 4 && vals[4] == int64(1)
+	return d, nil
+}
+
+// gcraDecision is the Decision of a gcra.lua run in mode for a request of
+// weight n under lim, from what the script returns (whether it admitted the
+// request, the level before and after, Redis's TIME now in Unix ns) and the
+// mode's argument a9.
+func gcraDecision(lim limit.Limit, n int64, mode int, allowed bool, before, after, now, a9 int64) Decision {
+	interval, tau := int64(lim.Interval()), int64(lim.Tolerance())
+	d := Decision{Result: limit.Result{Limit: lim, Allowed: allowed}, State: limit.State{TAT: now + after}, Now: now}
 	cost := intmath.MulSat(n, interval)
 	switch {
 	case mode == modeMeter:
@@ -210,7 +223,7 @@ func (s *Store) gcra(ctx context.Context, op, key string, lim limit.Limit, n int
 		d.Remaining = max(tau-after, 0) / interval
 	}
 	d.ResetAfter = time.Duration(after)
-	return d, nil
+	return d
 }
 
 func (s *Store) window(ctx context.Context, key string, lim limit.Limit, n int64, k Known) (Decision, error) {
@@ -299,9 +312,15 @@ func (s *Store) log(ctx context.Context, key string, lim limit.Limit, n int64) (
 	if err != nil {
 		return Decision{}, classify("allow", key, err)
 	}
+	return logDecision("allow", key, lim, vals)
+}
+
+// logDecision is the Decision of log.lua's reply vals (peek.lua's in its
+// 'log' form is the same) for key under lim.
+func logDecision(op, key string, lim limit.Limit, vals []any) (Decision, error) {
 	v, err := ints(vals, 5)
 	if err != nil {
-		return Decision{}, classify("allow", key, err)
+		return Decision{}, classify(op, key, err)
 	}
 	d := Decision{Result: limit.Result{Limit: lim, Allowed: v[0] == 1}, Now: v[4] * 1000}
 	d.Remaining = max(lim.Rate-v[1], 0)

@@ -28,11 +28,13 @@ var (
 	sharesSrc string
 	//go:embed lua/registry.lua
 	registrySrc string
+	//go:embed lua/peek.lua
+	peekSrc string
 )
 
 // scripts holds every script a store runs.
 type scripts struct {
-	gcra, window, log, reconcile, fleet, ledger, reset, shares, registry *redis.Script
+	gcra, window, log, reconcile, fleet, ledger, reset, shares, registry, peek *redis.Script
 }
 
 func newScripts() scripts {
@@ -46,16 +48,17 @@ func newScripts() scripts {
 		reset:     redis.NewScript(resetSrc),
 		shares:    redis.NewScript(sharesSrc),
 		registry:  redis.NewScript(registrySrc),
+		peek:      redis.NewScript(peekSrc),
 	}
 }
 
 func (sc scripts) all() []*redis.Script {
-	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.ledger, sc.reset, sc.shares, sc.registry}
+	return []*redis.Script{sc.gcra, sc.window, sc.log, sc.reconcile, sc.fleet, sc.ledger, sc.reset, sc.shares, sc.registry, sc.peek}
 }
 
 // sources returns every script's source, in the order of all.
 func sources() []string {
-	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, ledgerSrc, resetSrc, sharesSrc, registrySrc}
+	return []string{gcraSrc, windowSrc, logSrc, reconcileSrc, fleetSrc, ledgerSrc, resetSrc, sharesSrc, registrySrc, peekSrc}
 }
 
 // load runs SCRIPT LOAD for every script on every master the client talks to.

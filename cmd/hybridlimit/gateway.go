@@ -115,8 +115,9 @@ func runGateway(ctx context.Context, args []string, out io.Writer) error {
 		return errors.Join(err, closeLimiter())
 	}
 
-	mw, err := middleware.New(middleware.Config{Limiter: lim, Rules: current, IP: o.ipResolver(), Client: o.clientExtractor(),
-		OnError: gatewayOnError(o, log), Observer: rec, Logger: log})
+	mwc := o.keying.middleware()
+	mwc.Limiter, mwc.Rules, mwc.OnError, mwc.Observer, mwc.Logger = lim, current, gatewayOnError(o, log), rec, log
+	mw, err := middleware.New(mwc)
 	if err != nil {
 		return errors.Join(err, closeLimiter())
 	}
@@ -241,26 +242,6 @@ func gatewayRedis(addr string) (client redis.UniversalClient, where string, err 
 	}
 	opts.ContextTimeoutEnabled = true
 	return redis.NewClient(opts), opts.Addr, nil
-}
-
-// ipResolver believes X-Forwarded-For from the trusted proxies only.
-func (o *gatewayOptions) ipResolver() httpkey.IPResolver {
-	return httpkey.IPResolver{TrustedProxies: o.proxies, Header: httpkey.XForwardedForOnly}
-}
-
-// clientExtractor keys clients as -client says.
-func (o *gatewayOptions) clientExtractor() httpkey.Extractor {
-	ip := httpkey.IP(o.ipResolver())
-	key := httpkey.APIKey(httpkey.APIKeyConfig{Header: o.apiKeyHeader, Hash: o.hashAPIKeys})
-	switch o.client {
-	case keyByAPIKey:
-		return key
-	case keyByAPIKeyOrIP:
-		return httpkey.First(key, ip)
-	case keyByIPAndAPIKey:
-		return httpkey.All(ip, key)
-	}
-	return ip
 }
 
 // gatewayOnError answers a request the middleware could not check: 401

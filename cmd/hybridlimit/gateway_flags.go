@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridlimit/hybridlimit/httpkey"
 	"github.com/hybridlimit/hybridlimit/hybrid"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
@@ -31,15 +29,11 @@ type gatewayOptions struct {
 	fleetSize           int
 	startDegraded       bool
 	unreadyWhenDegraded bool
-	trustedProxies      string
-	proxies             []netip.Prefix // trustedProxies, parsed
-	client              clientKeying
-	apiKeyHeader        string
-	hashAPIKeys         bool
 	clientLabels        string // hashed, plain or none
 	metricsPath         string
 	healthPath          string
 	readyPath           string
+	keying              // who a client is: -trusted-proxies, -client, -api-key-header, -hash-api-keys
 
 	// The public server's timeouts and limits (0: none).
 	readHeaderTimeout, readTimeout, writeTimeout, idleTimeout time.Duration
@@ -78,22 +72,10 @@ const (
 	defaultShutdownTimeout   = 25 * time.Second
 )
 
-// clientKeying is how the gateway tells clients apart.
-type clientKeying string
-
-const (
-	keyByIP          clientKeying = "ip"
-	keyByAPIKey      clientKeying = "api-key"
-	keyByAPIKeyOrIP  clientKeying = "api-key-or-ip"
-	keyByIPAndAPIKey clientKeying = "ip-and-api-key"
-)
-
-var clientKeyings = []clientKeying{keyByIP, keyByAPIKey, keyByAPIKeyOrIP, keyByIPAndAPIKey}
-
 // parseGatewayFlags reads the gateway's command line. Usage and errors go
 // to out.
 func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
-	o := &gatewayOptions{mode: hybrid.Async, client: keyByIP, maxHeaderBytes: defaultMaxHeaderBytes, maxBody: defaultMaxBody,
+	o := &gatewayOptions{mode: hybrid.Async, maxHeaderBytes: defaultMaxHeaderBytes, maxBody: defaultMaxBody,
 		failStatuses: []int{502, 503, 504}}
 	fs := newFlagSet("gateway", out)
 
@@ -120,18 +102,7 @@ func parseGatewayFlags(args []string, out io.Writer) (*gatewayOptions, error) {
 	fs.BoolVar(&o.startDegraded, "start-degraded", false, "start even while Redis is unreachable, on the fallback, and find Redis when it returns")
 	fs.BoolVar(&o.unreadyWhenDegraded, "unready-when-degraded", false, "answer 503 on readiness while Redis is down (by default only while failing closed)")
 
-	fs.StringVar(&o.trustedProxies, "trusted-proxies", "", "proxies whose X-Forwarded-For is believed: addresses and CIDRs, comma-separated")
-	fs.Func("client", "how clients are keyed: ip, api-key, api-key-or-ip or ip-and-api-key (default ip)", func(s string) error {
-		for _, k := range clientKeyings {
-			if s == string(k) {
-				o.client = k
-				return nil
-			}
-		}
-		return fmt.Errorf("unknown client keying %q (want ip, api-key, api-key-or-ip or ip-and-api-key)", s)
-	})
-	fs.StringVar(&o.apiKeyHeader, "api-key-header", httpkey.DefaultAPIKeyHeader, "the header holding a client's API key")
-	fs.BoolVar(&o.hashAPIKeys, "hash-api-keys", true, "key clients by a hash of their API key, so raw keys never reach Redis or logs")
+	o.keying.register(fs)
 	fs.Func("client-labels", "client_id in metrics: hashed, plain or none (default hashed; the key is $HYBRIDLIMIT_CLIENT_LABEL_KEY, else random)", func(s string) error {
 		switch s {
 		case "hashed", "plain", "none":
@@ -236,13 +207,7 @@ func (o *gatewayOptions) check() error {
 	if o.redis == "" && o.startDegraded {
 		errs = append(errs, errors.New("gateway: -start-degraded needs -redis: without Redis the gateway is local only and never degraded"))
 	}
-	var err error
-	if o.proxies, err = httpkey.ParseTrustedProxies(o.trustedProxies); err != nil {
-		errs = append(errs, fmt.Errorf("gateway: -trusted-proxies: %w", err))
-	}
-	if err := (httpkey.APIKeyConfig{Header: o.apiKeyHeader}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("gateway: -api-key-header: %w", err))
-	}
+	errs = append(errs, o.keying.check("gateway"))
 	return errors.Join(errs...)
 }
 

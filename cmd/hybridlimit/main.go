@@ -39,6 +39,8 @@ func commands() []command {
 		{"gateway", "-upstream URL [flags]", "run a reverse proxy that limits requests by a rules file in front of an upstream (docs/gateway.md)", runGateway},
 		{"rls", "[flags]", "serve Envoy's rate limit service (RLS v3 gRPC) from envoyproxy/ratelimit's config (docs/envoy.md)", runRLS},
 		{"lint", "[flags] FILE...", "check rules files as the gateway and the library load them, for CI: exit 0 valid, 1 problems, 2 unreadable", runLint},
+		{"explain", "-rules FILE [flags] [curl line]", "say what the gateway would do with one request: its client, its key, each check in order and, with -redis, each one's state now", runExplain},
+		{"replay", "-rules FILE [-compare FILE] [flags] LOG...", "replay access logs through rules before they are enforced: who would have been limited, when, by which rule", runReplay},
 		{"version", "", "print the version, the commit and the Go version", runVersion},
 	}
 }
