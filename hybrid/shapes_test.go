@@ -316,7 +316,8 @@ func TestShapeRemainingIsTheNodes(t *testing.T) {
 
 // State deleted under the fleet: someone deletes the key's Redis state every
 // 250 ms. Before: 962 admitted in Async and 995 in Sync, against 248, with
-// nothing logged. Now each node restores what it knows, and says so.
+// nothing logged. Now each node restores what it knows, and says so; in
+// Async the fleet admits no more than the limit.
 func TestShapeStateDeletedUnderTheFleet(t *testing.T) {
 	for _, mode := range []hybrid.Mode{hybrid.Async, hybrid.Sync} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -352,6 +353,14 @@ func TestShapeStateDeletedUnderTheFleet(t *testing.T) {
 				lost += l.Stats().StateLost
 			}
 			bound := fleetsim.AsyncBound(0, 100, 10*time.Millisecond, 10*time.Millisecond, 3, 3*time.Second)
+			if mode == hybrid.Async {
+				// The fleet does not change and nothing refills: each
+				// node's grant rebuilds the contest, what the others held
+				// is taken as spent, and a contest made again by a node
+				// that held none of the lost one starts with its pool
+				// spent. Before that last rule, 132 to 200 were admitted.
+				bound = fleetsim.Limit(0, 100, 3*time.Second) + 100*3/65536.0
+			}
 			t.Logf("%v: admitted %d with the state deleted every 250 ms (limit 100, bound %.0f); state found lost %d times", mode, tl.Total().Admitted, bound, lost)
 			assert.LessOrEqual(t, float64(tl.Total().Admitted), bound)
 			assert.Positive(t, lost, "the loss was noticed and counted")

@@ -218,7 +218,14 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			h.Reserved = h.Joins * share.Even(int(fleet))
 		}
 		if op.Epoch != 0 {
-			held, keep = 0, 0 // it held nothing of the contest that ended
+			// It held nothing of a contest that is gone before the node
+			// saw it end (a node forgets the contest's epoch once its
+			// expiry passed): lost (deleted, evicted, a restart) with
+			// what its pool had spent. The pool starts wholly spent, as a
+			// lost contest's does.
+			held, keep = 0, 0
+			h.PoolState, h.PoolAt = p.Spent(now), now
+			reply.Lost = true
 		}
 		h.Pool = share.One - h.Reserved - held
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again

@@ -385,7 +385,14 @@ local function apply(k, p, op)
       h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
     end
-    if op.epoch ~= 0 then held, keep = 0, 0 end
+    if op.epoch ~= 0 then
+      -- the node held nothing of a contest that is gone before the node saw
+      -- it end: lost (deleted, evicted, a restart) with what its pool had
+      -- spent: the pool starts wholly spent, as a lost contest's does
+      held, keep = 0, 0
+      h.ps, h.poolAt = spent(p, now), now
+      r.lost = 1
+    end
     h.pool = ONE - h.reserved - held
     local r0 = record(h, node)
     setShare(h, r0, held, 0)
