@@ -47,6 +47,8 @@ type Limiter struct {
 	lostMu    sync.Mutex
 	lostKeys  map[string]struct{} // keys named in the log already
 	heavyLog  atomic.Bool         // a heavy request refused while degraded was logged
+	askLate   atomic.Uint64       // requests refused because AskWait ended before the fleet made room
+	askLog    atomic.Bool         // such a refusal was logged
 	forgotLog atomic.Bool         // a forgotten eviction was logged
 	stop      context.CancelFunc
 	done      sync.WaitGroup
@@ -411,11 +413,26 @@ func (l *Limiter) ask(ctx context.Context, now int64, key string, lim Limit, n i
 			case !errors.Is(err, local.ErrShort):
 				return Decision{}, err
 			case now >= deadline:
+				l.askTimedOut(key, lim)
 				return l.refuse(now, key, lim, n, 0, true)
 			}
-		default: // Refuse, Expired
-			return l.refuse(l.now(), key, lim, n, ans.Until, waited || ans.Verdict == protocol.Expired)
+		case protocol.Expired:
+			l.askTimedOut(key, lim)
+			return l.refuse(l.now(), key, lim, n, ans.Until, true)
+		default: // Refuse
+			return l.refuse(l.now(), key, lim, n, ans.Until, waited)
 		}
+	}
+}
+
+// askTimedOut counts, and logs once, a request refused because AskWait
+// ended before the fleet made room for it: the fleet may have had the
+// room, so an exact limiter might have admitted it.
+func (l *Limiter) askTimedOut(key string, lim Limit) {
+	l.askLate.Add(1)
+	if l.askLog.CompareAndSwap(false, true) {
+		l.log.Warn("hybrid: a request beyond this node's share was refused when AskWait ended, before the fleet made room for it: on a loaded machine or a slow Redis, raise AskWait (counted in Stats().AskTimeouts; logged once)",
+			"key", key, "limit", lim.String(), "ask_wait", l.async.AskWait())
 	}
 }
 
@@ -616,6 +633,11 @@ type Stats struct {
 	// Redis refuses) for weighing more than this node's share of their
 	// limit: every node deciding alone could admit one at once.
 	HeavyRefused uint64
+	// AskTimeouts counts requests refused in Async mode because AskWait
+	// ended before the fleet made room for them (Redis slow to answer, a
+	// node slow to give back what it did not need): the fleet may have had
+	// the room. Raise AskWait if it grows.
+	AskTimeouts uint64
 	// EvictionsForgotten counts keys evicted before they were fresh whose
 	// record was lost because more such keys were evicted within their
 	// refill time than MaxKeys: each may come back fresher than it was.
@@ -646,6 +668,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	s.StateLost = l.lost.Load()
 	s.HeavyRefused = l.engine.HeavyRefused()
+	s.AskTimeouts = l.askLate.Load()
 	s.EvictionsForgotten = l.engine.EvictionsForgotten()
 	s.Evictions = l.engine.Evictions()
 	if l.reconciler != nil {

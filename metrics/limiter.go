@@ -17,7 +17,7 @@ type limiterCollector struct {
 	rounds, roundErrors, keysSent, lost, pending, lastDur *prometheus.Desc
 	pendingDropped, pendingBytes                          *prometheus.Desc
 	nodes, offset                                         *prometheus.Desc
-	faults, decisionCalls, heavyRefused                   *prometheus.Desc
+	faults, decisionCalls, heavyRefused, askTimeouts      *prometheus.Desc
 	deferred, asks, calls, resets, leases                 *prometheus.Desc
 }
 
@@ -85,6 +85,8 @@ func newLimiterCollector(stats func() hybrid.Stats, namespace string) *limiterCo
 			"Faults that change decisions without stopping Redis, each logged: an eviction policy that can evict the limiter's keys, or that could not be read (at start), decisions and reports on a key of another type (made under the fallback), clock steps (corrected), a key's state Redis lost while this node had spent on it (restored), evicted keys whose record was forgotten (they may come back fresher), keys Redis evicted (any of them may have been the limiter's). Should stay 0.", "fault"),
 		heavyRefused: desc("heavy_refused_total",
 			"Requests refused while degraded (or on a key Redis refuses) because they weigh more than this node's share of their limit: every node deciding alone could admit one at once."),
+		askTimeouts: desc("sync_ask_timeouts_total",
+			"Async requests refused because AskWait ended before the fleet made room for them (a slow Redis, a loaded node): the fleet may have had the room. Should stay near 0; raise AskWait if it grows."),
 		deferred: desc("sync_reports_deferred_total", "Async key reports due that waited for a later round (MaxReports a round)."),
 		asks:     desc("sync_asks_total", "Async requests this node's share could not admit, for which it asked the fleet for room."),
 		calls:    desc("sync_calls_total", "Async calls this node made: the other nodes holding a key were asked to give back what they spare."),
@@ -100,7 +102,7 @@ func (c *limiterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.mode, c.degraded, c.keys, c.evictions, c.breakerState, c.transitions, c.redisSuccesses, c.redisErrors, c.redisTimeouts,
 		c.rejected, c.rounds, c.roundErrors, c.keysSent, c.lost, c.pending, c.pendingDropped, c.pendingBytes, c.lastDur, c.nodes, c.offset,
-		c.faults, c.decisionCalls, c.heavyRefused, c.deferred, c.asks, c.calls, c.resets, c.leases,
+		c.faults, c.decisionCalls, c.heavyRefused, c.askTimeouts, c.deferred, c.asks, c.calls, c.resets, c.leases,
 	} {
 		ch <- d
 	}
@@ -151,6 +153,7 @@ func (c *limiterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.faults, s.EvictionsForgotten, "eviction_forgotten")
 	counter(c.faults, f.Evictions, "redis_evicted_keys")
 	counter(c.heavyRefused, s.HeavyRefused)
+	counter(c.askTimeouts, s.AskTimeouts)
 	counter(c.deferred, rc.Deferred)
 	counter(c.asks, rc.Shares.Asks)
 	counter(c.calls, rc.Shares.Calls)

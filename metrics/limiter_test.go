@@ -82,6 +82,7 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 			Shares: protocol.Stats{Asks: 22, Calls: 23, Resets: 24}},
 		StateLost:          26,
 		HeavyRefused:       27,
+		AskTimeouts:        31,
 		EvictionsForgotten: 28,
 		Evictions:          29,
 		Keys:               1234,
@@ -146,6 +147,9 @@ func TestLimiterCollectorEveryValue(t *testing.T) {
 		# HELP edge_redis_timeouts_total Calls to Redis abandoned at their timeout (also counted in redis_errors_total).
 		# TYPE edge_redis_timeouts_total counter
 		edge_redis_timeouts_total 3
+		# HELP edge_sync_ask_timeouts_total Async requests refused because AskWait ended before the fleet made room for them (a slow Redis, a loaded node): the fleet may have had the room. Should stay near 0; raise AskWait if it grows.
+		# TYPE edge_sync_ask_timeouts_total counter
+		edge_sync_ask_timeouts_total 31
 		# HELP edge_sync_asks_total Async requests this node's share could not admit, for which it asked the fleet for room.
 		# TYPE edge_sync_asks_total counter
 		edge_sync_asks_total 22

@@ -870,10 +870,15 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		// often, up to 16 intervals apart (a key over its limit everywhere
 		// costs the store one ask a node that often, not one a request).
 		back := share.Duration(s.cfg.Interval) * int64(min(1<<(ks.refused/16), 16))
+		until := r.Until
 		if ks.refused < 16 {
-			back = 0
+			// Not yet refused over and over: the room a call did not
+			// bring may come with a holder's next renewal, so it asks
+			// again within two intervals rather than at the store's quiet
+			// time (which doubles while calls fail).
+			back, until = 0, min(until, us+2*share.Duration(s.cfg.Interval))
 		}
-		ks.deniedUntil = max(r.Until, us+back)
+		ks.deniedUntil = max(until, us+back)
 	}
 	if r.Outcome == share.Done && (r.Growth > 0 || r.Served > 0) {
 		ks.refused = 0 // the fleet gave it room
