@@ -45,12 +45,6 @@ type Op struct {
 	// pool when Pooled, and One − Fleet even splits in it otherwise.
 	Fleet  int
 	Pooled bool
-	// Live is how many of the Fleet the node has seen alive (Fleet without
-	// the FleetSize floor): a contest an op creates waits to hear from
-	// Live − 1 other nodes, and a node not yet started (FleetSize counts
-	// it) gets its even split out of the pool when it joins. Zero or more
-	// than Fleet: Fleet.
-	Live int
 	// Full is when the node's state of a token bucket became full (µs; 0:
 	// it never held any), -1 when it is not full. Shadow is, for a token
 	// bucket, the level one exact bucket holding the whole limit would have

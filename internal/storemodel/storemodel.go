@@ -213,14 +213,8 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		// unless the key is pooled; the creator holds what it says.
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
 		fleet := int64(max(op.Fleet, 1))
-		live := int64(op.Live)
-		if live < 1 || live > fleet {
-			live = fleet
-		}
 		if !op.Pooled {
-			// It waits for the nodes seen alive; one not yet started
-			// joins later with its even split, out of the pool.
-			h.Joins = live - 1
+			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
 		}
 		if op.Epoch != 0 {

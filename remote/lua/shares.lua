@@ -14,9 +14,9 @@
 --          record (grant, lease, the last growth and its state, the last op
 --          and what it was told, what is held back for it).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, then
---          per key 29 values: the limit (kind, interval ns, tolerance ns,
+--          per key 28 values: the limit (kind, interval ns, tolerance ns,
 --          capacity, period µs, rate) and the op (epoch, held, keep, level,
---          window, count, prev, at, want, asked, need, fleet, live, pooled, join,
+--          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve, seq, full, shadow, shadow since, owed, applied).
 -- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
@@ -381,12 +381,8 @@ local function apply(k, p, op)
   elseif h == nil then
     h = newHash(p, now, k)
     local fleet = math.max(op.fleet, 1)
-    local live = op.live
-    if live < 1 or live > fleet then live = fleet end
     if not op.pooled then
-      -- it waits for the nodes seen alive; one not yet started joins later
-      -- with its even split, out of the pool
-      h.joins = live - 1
+      h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
     end
     if op.epoch ~= 0 then
@@ -630,7 +626,7 @@ end
 
 local out = {now}
 for i = 1, #KEYS do
-  local a = 5 + (i - 1) * 29
+  local a = 5 + (i - 1) * 28
   local kind = tonumber(ARGV[a + 1])
   local p = {kind = kind, level = kind == BUCKET or kind == METER, interval = tonumber(ARGV[a + 2]),
     tolerance = tonumber(ARGV[a + 3]), capacity = tonumber(ARGV[a + 4]), period = tonumber(ARGV[a + 5]),
@@ -643,10 +639,10 @@ for i = 1, #KEYS do
   local op = {epoch = tonumber(ARGV[a + 7]), held = tonumber(ARGV[a + 8]), keep = tonumber(ARGV[a + 9]),
     state = {tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13])},
     at = tonumber(ARGV[a + 14]), want = tonumber(ARGV[a + 15]), asked = tonumber(ARGV[a + 16]),
-    need = tonumber(ARGV[a + 17]), fleet = tonumber(ARGV[a + 18]), live = tonumber(ARGV[a + 19]),
-    pooled = ARGV[a + 20] == '1', join = ARGV[a + 21] == '1', leave = ARGV[a + 22] == '1', serve = ARGV[a + 23] == '1',
-    seq = tonumber(ARGV[a + 24]), full = tonumber(ARGV[a + 25]), shadow = tonumber(ARGV[a + 26]),
-    shadowSince = tonumber(ARGV[a + 27]), owed = ARGV[a + 28] == '1', applied = tonumber(ARGV[a + 29])}
+    need = tonumber(ARGV[a + 17]), fleet = tonumber(ARGV[a + 18]), pooled = ARGV[a + 19] == '1',
+    join = ARGV[a + 20] == '1', leave = ARGV[a + 21] == '1', serve = ARGV[a + 22] == '1', seq = tonumber(ARGV[a + 23]),
+    full = tonumber(ARGV[a + 24]), shadow = tonumber(ARGV[a + 25]), shadowSince = tonumber(ARGV[a + 26]),
+    owed = ARGV[a + 27] == '1', applied = tonumber(ARGV[a + 28])}
   local ok, res = pcall(apply, KEYS[i], p, op)
   if ok then
     local x = res.pool

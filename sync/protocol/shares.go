@@ -418,16 +418,6 @@ func (f *fleetView) observe(now int64, nodes int) int {
 	return f.size()
 }
 
-// live is the most nodes seen alive within the window, FleetSize aside
-// (0: none seen yet).
-func (f *fleetView) live() int {
-	n := 0
-	for _, x := range f.seen {
-		n = max(n, x.nodes)
-	}
-	return n
-}
-
 // size is the fleet's size to divide by.
 func (f *fleetView) size() int {
 	n := max(f.fixed, 1)
@@ -689,7 +679,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		asked = max(asked, w.at)
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
-		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Live: s.fleet.live(), Pooled: pooledKey(ks.params, s.fleet.size()),
+		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
 		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
 		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
 	if shadow.Full >= 0 {
