@@ -505,7 +505,10 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode,
-		MaxKeyBytes: s.maxKeyBytes}
+		MaxKeyBytes: s.maxKeyBytes, Prefix: s.prefix, SyncInterval: s.syncInterval, MaxCounts: s.maxKeys}
+	if s.mode != hybrid.LocalOnly && client != nil {
+		scfg.Redis = client // the windows' counts, as envoyproxy/ratelimit keeps them
+	}
 	if s.headers {
 		scfg.Headers = s.headerNames
 	}
@@ -514,9 +517,26 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		_ = closeLimiter()
 		return err
 	}
+	closeLimiter = func() error {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := svc.Close(c); err != nil { // the counts not yet sent, before the limiter's spend
+			log.Warn("rls: the last counts were not all sent to Redis", "err", err)
+		}
+		return lim.Close(c)
+	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "long_keys_total",
 		Help: "Counters whose name was longer than -max-key-bytes, counted under a digest of it (each distinct name still apart)."},
 		func() float64 { return float64(svc.LongKeys()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "count_reads_total",
+		Help: "Reads of a window's count from Redis by a call: the first call for a key this instance did not hold in the window before."},
+		func() float64 { return float64(svc.CountStats().Reads) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "count_reads_failed_total",
+		Help: "Reads of a window's count that failed or took longer than they may: the call went on with what the instance knew."},
+		func() float64 { return float64(svc.CountStats().ReadsFailed) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "counts_untracked_total",
+		Help: "Calls whose window count was not kept, -max-keys counts being held: decided by the limiter alone."},
+		func() float64 { return float64(svc.CountStats().Untracked) }))
 	grpcSrv, hs := envoyrls.NewServer(svc, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: s.maxConnAge, MaxConnectionAgeGrace: s.maxConnDrop}))
 	hsp.Store(hs)
 	if watcher.Current() != nil { // one that loaded before hsp was set
