@@ -19,6 +19,7 @@
 // and Istio configuration.
 //
 // NewServer builds the gRPC server with the service and the gRPC health
-// service; AdminHandler serves metrics, health and the configuration in
-// force over HTTP, on a listener of its own.
+// service; AdminHandler serves metrics and health over HTTP, on a listener
+// of its own, and RulesHandler the configuration in force, for one an
+// operator keeps private.
 package envoyrls

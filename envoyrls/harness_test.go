@@ -51,6 +51,7 @@ func startRig(t *testing.T, rdb redis.UniversalClient, hcfg hybrid.Config, scfg 
 		<-served
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		_ = svc.Close(ctx)
 		_ = lim.Close(ctx)
 	})
 	return &rig{svc: svc, lim: lim, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, health: hs, addr: ln.Addr().String()}

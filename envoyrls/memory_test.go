@@ -26,8 +26,9 @@ func heapInUse() uint64 {
 
 // A flood of distinct 4 KB descriptor values (a path, an API key an
 // attacker makes up): the counters held stay within MaxKeys, each costs the
-// memory of a short name, the keys beyond are evicted and counted, and the
-// heap grows by what MaxKeys short counters take, not by the values.
+// memory of a short name, the keys beyond are evicted and counted, the
+// windows' counts stay within MaxCounts, and the heap grows by what MaxKeys
+// short counters take, not by the values.
 func TestFloodOfLongValuesHeldWithinTheBound(t *testing.T) {
 	const (
 		maxKeys     = 2_000
@@ -43,7 +44,7 @@ domain: d
 descriptors:
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 100}
-`), MaxKeyBytes: maxKeyBytes})
+`), MaxKeyBytes: maxKeyBytes, MaxCounts: maxKeys})
 	ctx := context.Background()
 	filler := strings.Repeat("x", valueBytes-8)
 	call := func(i int) {
@@ -65,6 +66,7 @@ descriptors:
 	assert.LessOrEqual(t, st.Keys, maxKeys+256, "held within MaxKeys (give or take a key a shard)")
 	assert.GreaterOrEqual(t, st.Evictions, uint64(values-maxKeys-256), "the rest evicted, and counted")
 	assert.EqualValues(t, values, r.svc.LongKeys(), "every name digested")
+	assert.EqualValues(t, values-maxKeys, r.svc.CountStats().Untracked, "the windows' counts held within MaxCounts, the rest decided by the limiter alone")
 	// Were the values kept, MaxKeys of them would take 8 MB; the bound is a
 	// quarter of that.
 	assert.Less(t, grown, int64(maxKeys*valueBytes/4), "the heap holds short counters, not the values")

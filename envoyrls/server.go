@@ -58,24 +58,25 @@ type AdminConfig struct {
 	// Limiter is reported on by /healthz: its mode and whether it is
 	// degraded.
 	Limiter *hybrid.Limiter
-	// Rules returns the configuration in force, dumped by /rlconfig; nil
-	// while none has loaded.
+	// Rules returns the configuration in force, whose domains /healthz
+	// lists; nil while none has loaded.
 	Rules func() *config.Config
 	// Draining, when set and returning true, turns /healthz to 503: the
 	// server is shutting down.
 	Draining func() bool
 }
 
-// AdminHandler serves, for operators and probes, on a listener apart from
-// the gRPC one:
+// AdminHandler serves, for probes and scrapers, on a listener apart from
+// the gRPC one (envoyproxy/ratelimit's HOST and PORT):
 //
 //   - /metrics: Prometheus metrics;
 //   - /healthz (and /healthcheck, envoyproxy/ratelimit's path): 200 with
 //     {"status":"ok"} or {"status":"degraded"} (Redis is down: the service
 //     answers from memory), 503 with {"status":"no configuration"} while no
-//     configuration has loaded and {"status":"draining"} during shutdown;
-//   - /rlconfig: the rules in force, one a line, as envoyproxy/ratelimit's
-//     debug port shows them.
+//     configuration has loaded and {"status":"draining"} during shutdown.
+//
+// It shows no rule: the rules in force are RulesHandler's, for a listener
+// an operator keeps private.
 func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	if cfg.Limiter == nil || cfg.Rules == nil {
 		return nil, fmt.Errorf("envoyrls: admin handler needs a limiter (%v) and rules (%v)", cfg.Limiter != nil, cfg.Rules != nil)
@@ -107,13 +108,20 @@ func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	}
 	mux.HandleFunc("/healthz", healthz)
 	mux.HandleFunc("/healthcheck", healthz)
-	mux.HandleFunc("/rlconfig", func(w http.ResponseWriter, _ *http.Request) {
+	return mux, nil
+}
+
+// RulesHandler serves the rules in force, one a line, as
+// envoyproxy/ratelimit's /rlconfig on its debug port shows them; nothing
+// while rules returns nil (no configuration has loaded). rules must not
+// be nil.
+func RulesHandler(rules func() *config.Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if rules := cfg.Rules(); rules != nil {
-			_, _ = fmt.Fprint(w, rules.Dump())
+		if c := rules(); c != nil {
+			_, _ = fmt.Fprint(w, c.Dump())
 		}
 	})
-	return mux, nil
 }
 
 // ConfigMetrics counts configuration reloads, for Prometheus: reloads by

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -15,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -71,7 +73,42 @@ type Config struct {
 	// (LongKeys) and the first is logged. Zero means DefaultMaxKeyBytes;
 	// it must be at least 32.
 	MaxKeyBytes int
+
+	// Redis, when set, holds the count of every rule without an algorithm
+	// as envoyproxy/ratelimit holds it: the hits of each descriptor value
+	// in each window, admitted or not, under envoyproxy/ratelimit's key
+	// (Prefix, then "domain_key_value_..._", then the window's start in
+	// Unix seconds; a name longer than MaxKeyBytes as a digest of it),
+	// whatever the limit. Each replica sends its hits every SyncInterval,
+	// in one pipeline, and learns the fleet's count from the answers;
+	// the first call for a key in a window that the replica did not hold
+	// in the window before reads the count once, waiting at most
+	// CountReadWait. Then limit_remaining is the limit minus the fleet's
+	// count as the replica knows it, a restarted replica carries on the
+	// window's count, and a reload that changes a limit keeps what was
+	// counted: a call that would take the count past the limit is over
+	// it, whatever the limiter's share would admit. Nil keeps the counts
+	// in this process's memory only (one replica alone is exact so). With
+	// Redis set, call Close when done.
+	Redis redis.UniversalClient
+	// Prefix starts the count keys in Redis (envoyproxy/ratelimit's
+	// CACHE_KEY_PREFIX); the empty string is a prefix too.
+	Prefix string
+	// SyncInterval is how often the counts are sent to Redis. Zero means
+	// hybrid.DefaultSyncInterval.
+	SyncInterval time.Duration
+	// CountReadWait bounds the one read of a key's count a replica makes
+	// when the key is new to it in a window; past it the call goes on
+	// with what the replica knows. Zero means DefaultCountReadWait.
+	CountReadWait time.Duration
+	// MaxCounts bounds the (key, window) counts held in memory; beyond,
+	// a call is decided by the limiter alone. Zero means 100,000.
+	MaxCounts int
 }
+
+// DefaultCountReadWait is Config.CountReadWait's default: well under the
+// 20 ms Envoy gives a call.
+const DefaultCountReadWait = 5 * time.Millisecond
 
 // DefaultMaxKeyBytes is Config.MaxKeyBytes's default: longer counter names
 // are counted under a digest.
@@ -87,6 +124,7 @@ type Service struct {
 	log   *slog.Logger
 	cfg   Config
 
+	counts   *counts
 	longKeys atomic.Uint64 // counters counted under a digest of their name
 }
 
@@ -99,6 +137,8 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("envoyrls: Config.Rules is nil")
 	case cfg.MaxKeyBytes < 0 || cfg.MaxKeyBytes > 0 && cfg.MaxKeyBytes < 32:
 		return nil, fmt.Errorf("envoyrls: Config.MaxKeyBytes %d: want 0 (the default, %d) or at least 32", cfg.MaxKeyBytes, DefaultMaxKeyBytes)
+	case cfg.SyncInterval < 0 || cfg.CountReadWait < 0 || cfg.MaxCounts < 0:
+		return nil, fmt.Errorf("envoyrls: Config.SyncInterval %v, CountReadWait %v, MaxCounts %d: want zero (the default) or positive", cfg.SyncInterval, cfg.CountReadWait, cfg.MaxCounts)
 	}
 	if cfg.MaxKeyBytes == 0 {
 		cfg.MaxKeyBytes = DefaultMaxKeyBytes
@@ -111,7 +151,32 @@ func New(cfg Config) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{lim: cfg.Limiter, rules: cfg.Rules, obs: cfg.Observer, log: log, cfg: cfg}, nil
+	lim := cfg.Limiter
+	cts := newCounts(cfg.Redis, cfg.Prefix, cmp.Or(cfg.SyncInterval, hybrid.DefaultSyncInterval), cmp.Or(cfg.CountReadWait, DefaultCountReadWait),
+		cmp.Or(cfg.MaxCounts, 100_000), lim.Degraded, lim.Now, log)
+	return &Service{lim: lim, rules: cfg.Rules, obs: cfg.Observer, log: log, cfg: cfg, counts: cts}, nil
+}
+
+// Close sends the counts not yet sent to Redis (Config.Redis), within ctx,
+// and stops sending them. Calls after it are still answered, their counts
+// kept in memory only. Without Config.Redis it does nothing.
+func (s *Service) Close(ctx context.Context) error {
+	s.counts.close(ctx)
+	return ctx.Err()
+}
+
+// CountStats are the counts' work since the service started: reads of a
+// key's count by a call (and those that failed or timed out), (key,
+// window)s sent to Redis by the flushes (and the flushes that failed), and
+// calls whose count was not kept (Config.MaxCounts held).
+type CountStats struct {
+	Reads, ReadsFailed, Sent, FlushesFailed, Untracked uint64
+}
+
+// CountStats returns the counts' work so far.
+func (s *Service) CountStats() CountStats {
+	c := s.counts
+	return CountStats{Reads: c.reads.Load(), ReadsFailed: c.readsFailed.Load(), Sent: c.flushed.Load(), FlushesFailed: c.flushesFailed.Load(), Untracked: c.untracked.Load()}
 }
 
 // verdict is the decision on one descriptor.
@@ -329,7 +394,7 @@ func (s *Service) limit(ctx context.Context, v *verdict, now time.Time) error {
 		err error
 	)
 	if r.EnvoyCounting {
-		d, err = s.envoyCount(ctx, v)
+		d, err = s.envoyCount(ctx, v, now)
 		v.st.DurationUntilReset = windowReset(r.Unit, now)
 	} else {
 		// Denied: how long until the request would pass (what a client
@@ -384,6 +449,16 @@ func (s *Service) counterKey(v *verdict) string {
 	return digestKey(key)
 }
 
+// countName is the name of a rule's count in Redis, without the prefix
+// and the window: envoyproxy/ratelimit's "domain_key_value_..._", or, for
+// a name longer than MaxKeyBytes, "#" and a digest of it, then "_".
+func (s *Service) countName(v *verdict) string {
+	if len(v.counter) <= s.cfg.MaxKeyBytes {
+		return v.counter
+	}
+	return digestKey(v.counter) + "_"
+}
+
 // digestKey is the name a long counter is counted under: "#" and 18 bytes
 // of its SHA-256, in unpadded base64 (25 bytes in all).
 func digestKey(key string) string {
@@ -412,36 +487,51 @@ func marked(m hybrid.Decision) bool { return m.ResetAfter > 0 }
 // never counts past the limit, so a denied request spends what remains of
 // the window (no later request fits either, as none would there), and marks
 // the window as gone over, which is what a check of zero hits sees there.
-func (s *Service) envoyCount(ctx context.Context, v *verdict) (hybrid.Decision, error) {
+//
+// The count of the window (counts) is kept beside the limiter's state: a
+// call that takes it past the limit is over, whatever the limiter's share
+// would admit (after a restart, or a reload that changed the limit, the
+// limiter starts afresh while the count carries on), and an admitted
+// call's remaining is the limit minus that count.
+func (s *Service) envoyCount(ctx context.Context, v *verdict, now time.Time) (hybrid.Decision, error) {
 	r := v.rule
 	key := s.counterKey(v)
+	rate := int64(r.RequestsPerUnit)
+	known, counted := s.counts.add(ctx, key, s.countName(v), r.Unit.Seconds(), now, int64(min(v.hits, math.MaxInt64)))
+	fleetOver := counted && known > rate
+	fleet := func(d hybrid.Decision, err error) (hybrid.Decision, error) {
+		if counted && d.Allowed {
+			d.Remaining = max(0, rate-known)
+		}
+		return d, err
+	}
 	mark := limit.Limit{Rate: markRate, Period: r.Unit.Period(), Algorithm: limit.FixedWindow}
 	if v.hits == 0 { // a check: over once the counter went past the limit
 		m, err := s.lim.AllowN(ctx, overKey(key), mark, 0)
 		if err != nil {
 			return m, err
 		}
-		if marked(m) {
-			m.Allowed, m.Result.Limit = false, r.Limit
+		if marked(m) || fleetOver {
+			m.Allowed, m.Remaining, m.Result.Limit = false, 0, r.Limit
 			return m, nil
 		}
 		if r.Limit.Rate == 0 {
 			m.Remaining, m.Result.Limit = 0, r.Limit
 			return m, nil
 		}
-		return s.lim.AllowN(ctx, key, r.Limit, 0)
+		return fleet(s.lim.AllowN(ctx, key, r.Limit, 0))
 	}
 	var d hybrid.Decision
 	var err error
 	if r.Limit.Rate > 0 {
-		if v.hits <= uint64(r.Limit.Rate) {
+		if v.hits <= uint64(r.Limit.Rate) && !fleetOver {
 			d, err = s.lim.AllowN(ctx, key, r.Limit, int64(v.hits))
 		} else {
 			d, err = s.lim.AllowN(ctx, key, r.Limit, 0)
 			d.Allowed = false
 		}
 		if err != nil || d.Allowed {
-			return d, err
+			return fleet(d, err)
 		}
 		// Spend what remains: the window is over its limit. In memory a
 		// share of the limit may refuse the whole remainder; a few halvings

@@ -10,10 +10,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +41,7 @@ import (
 // (docs/envoy.md maps them), so a deployment migrates with its environment.
 type rlsSettings struct {
 	grpcAddr, grpcUDS, adminAddr string
+	debugAddr                    string // "": no debug listener
 	configDir                    string
 	mergeDomains                 bool
 
@@ -153,6 +154,18 @@ func (e *env) hostPort(prefix, defHost string, defPort int) string {
 	return net.JoinHostPort(e.str(prefix+"HOST", defHost), strconv.Itoa(e.integer(prefix+"PORT", defPort)))
 }
 
+// debug is the debug listener's address the environment asks for:
+// DEBUG_HOST:DEBUG_PORT, on loopback (127.0.0.1) and envoyproxy/ratelimit's
+// port 6070 unless told, when either is set; else none.
+func (e *env) debug() string {
+	host, _ := e.lookup("DEBUG_HOST")
+	port, _ := e.lookup("DEBUG_PORT")
+	if host == "" && port == "" {
+		return ""
+	}
+	return e.hostPort("DEBUG_", "127.0.0.1", 6070)
+}
+
 // parseRLSFlags reads the rls command's flags, with defaults from lookup
 // (the environment).
 func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bool)) (*rlsSettings, error) {
@@ -161,7 +174,8 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs := newFlagSet("rls", out)
 	fs.StringVar(&s.grpcAddr, "grpc", e.hostPort("GRPC_", "0.0.0.0", 8081), "where the rate limit service listens for gRPC (env GRPC_HOST, GRPC_PORT)")
 	fs.StringVar(&s.grpcUDS, "grpc-uds", e.str("GRPC_UDS", ""), "a unix socket to listen on instead of -grpc (env GRPC_UDS)")
-	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "127.0.0.1", 8080), "where /metrics, /healthz (/healthcheck) and /rlconfig are served over HTTP: loopback by default, like the gateway's; 0.0.0.0:8080 (HOST=0.0.0.0) opens it to probes and scrapers on the network; empty for none (env HOST, PORT)")
+	fs.StringVar(&s.adminAddr, "admin", e.hostPort("", "0.0.0.0", 8080), "where /metrics and /healthcheck (/healthz) are served over HTTP, for probes and scrapers: every interface, as envoyproxy/ratelimit's; 127.0.0.1:8080 (HOST=127.0.0.1) keeps it on loopback; empty for none (env HOST, PORT)")
+	fs.StringVar(&s.debugAddr, "debug", e.debug(), "where pprof (/debug/pprof/) and the rules in force (/rlconfig) are served over HTTP, as envoyproxy/ratelimit's debug port; none unless asked for: 127.0.0.1:6070 keeps it on loopback (env DEBUG_HOST, DEBUG_PORT: either one set asks for it, on 127.0.0.1 and port 6070 unless the other says otherwise)")
 	runtimeDir := filepath.Join(e.str("RUNTIME_ROOT", "/srv/runtime_data/current"), e.str("RUNTIME_SUBDIRECTORY", ""), e.str("RUNTIME_APPDIRECTORY", "config"))
 	fs.StringVar(&s.configDir, "config", runtimeDir, "the directory of envoyproxy/ratelimit YAML files, reloaded on change (env RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY)")
 	fs.BoolVar(&s.mergeDomains, "merge-domains", e.boolean("MERGE_DOMAIN_CONFIG", false), "let several files configure one domain (env MERGE_DOMAIN_CONFIG)")
@@ -243,6 +257,9 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	case s.maxKeyBytes < 32:
 		return nil, misuse(fs, fmt.Errorf("rls: -max-key-bytes %d: want at least 32", s.maxKeyBytes))
 	}
+	if err := distinctListeners(map[string]string{"-grpc": s.grpcAddr, "-admin": s.adminAddr, "-debug": s.debugAddr}); err != nil {
+		return nil, misuse(fs, err)
+	}
 	if _, err := s.logger(io.Discard); err != nil {
 		return nil, misuse(fs, err)
 	}
@@ -256,6 +273,41 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 		_ = client.Close()
 	}
 	return s, nil
+}
+
+// distinctListeners refuses two listeners (flag name to address) on one
+// port of one host, every interface (0.0.0.0, ::, no host) clashing with
+// any host; an empty address (none) and port 0 (any free port) never
+// clash.
+func distinctListeners(addrs map[string]string) error {
+	names := make([]string, 0, len(addrs))
+	for name := range addrs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	type listener struct{ name, host, port string }
+	var seen []listener
+	every := func(host string) bool { return host == "" || net.ParseIP(host).IsUnspecified() }
+	for _, name := range names {
+		addr := addrs[name]
+		if addr == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("rls: %s %q: want host:port", name, addr)
+		}
+		if port == "0" {
+			continue
+		}
+		for _, o := range seen {
+			if o.port == port && (o.host == host || every(o.host) || every(host)) {
+				return fmt.Errorf("rls: %s and %s are both on port %s of %s: give each listener its own port", o.name, name, port, cmp.Or(host, o.host, "every interface"))
+			}
+		}
+		seen = append(seen, listener{name, host, port})
+	}
+	return nil
 }
 
 func parseFallback(v string) (hybrid.Fallback, error) {
@@ -453,7 +505,10 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode,
-		MaxKeyBytes: s.maxKeyBytes}
+		MaxKeyBytes: s.maxKeyBytes, Prefix: s.prefix, SyncInterval: s.syncInterval, MaxCounts: s.maxKeys}
+	if s.mode != hybrid.LocalOnly && client != nil {
+		scfg.Redis = client // the windows' counts, as envoyproxy/ratelimit keeps them
+	}
 	if s.headers {
 		scfg.Headers = s.headerNames
 	}
@@ -462,9 +517,26 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		_ = closeLimiter()
 		return err
 	}
+	closeLimiter = func() error {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := svc.Close(c); err != nil { // the counts not yet sent, before the limiter's spend
+			log.Warn("rls: the last counts were not all sent to Redis", "err", err)
+		}
+		return lim.Close(c)
+	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "long_keys_total",
 		Help: "Counters whose name was longer than -max-key-bytes, counted under a digest of it (each distinct name still apart)."},
 		func() float64 { return float64(svc.LongKeys()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "count_reads_total",
+		Help: "Reads of a window's count from Redis by a call: the first call for a key this instance did not hold in the window before."},
+		func() float64 { return float64(svc.CountStats().Reads) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "count_reads_failed_total",
+		Help: "Reads of a window's count that failed or took longer than they may: the call went on with what the instance knew."},
+		func() float64 { return float64(svc.CountStats().ReadsFailed) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "rate_limit", Name: "counts_untracked_total",
+		Help: "Calls whose window count was not kept, -max-keys counts being held: decided by the limiter alone."},
+		func() float64 { return float64(svc.CountStats().Untracked) }))
 	grpcSrv, hs := envoyrls.NewServer(svc, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: s.maxConnAge, MaxConnectionAgeGrace: s.maxConnDrop}))
 	hsp.Store(hs)
 	if watcher.Current() != nil { // one that loaded before hsp was set
@@ -484,30 +556,29 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("rls: gRPC listener: %w", err)
 	}
 	var draining atomic.Bool
-	var adminSrv *http.Server
-	adminURL := "none"
-	if s.adminAddr != "" {
-		h, err := envoyrls.AdminHandler(envoyrls.AdminConfig{Gatherer: reg, Limiter: lim, Rules: watcher.Current, Draining: draining.Load})
-		if err != nil {
-			_ = ln.Close()
-			_ = closeLimiter()
-			return err
-		}
-		aln, err := net.Listen("tcp", s.adminAddr)
-		if err != nil {
-			_ = ln.Close()
-			_ = closeLimiter()
-			return fmt.Errorf("rls: admin listener: %w", err)
-		}
-		adminSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-		adminURL = "http://" + aln.Addr().String()
-		go func() { _ = adminSrv.Serve(aln) }()
+	admin, err := envoyrls.AdminHandler(envoyrls.AdminConfig{Gatherer: reg, Limiter: lim, Rules: watcher.Current, Draining: draining.Load})
+	if err != nil {
+		_ = ln.Close()
+		_ = closeLimiter()
+		return err
+	}
+	var httpSrvs httpListeners
+	adminURL, err := httpSrvs.serve("admin", s.adminAddr, admin)
+	var debugURL string
+	if err == nil {
+		debugURL, err = httpSrvs.serve("debug", s.debugAddr, debugHandler(watcher.Current))
+	}
+	if err != nil {
+		httpSrvs.shutdown()
+		_ = ln.Close()
+		_ = closeLimiter()
+		return err
 	}
 	rules, domains := 0, 0
 	if cfg := watcher.Current(); cfg != nil {
 		rules, domains = cfg.Len(), len(cfg.Domains())
 	}
-	log.Info("rls: listening", "grpc", ln.Addr().String(), "admin", adminURL, "mode", lim.Mode().String(), "rules", rules, "domains", domains,
+	log.Info("rls: listening", "grpc", ln.Addr().String(), "admin", adminURL, "debug", debugURL, "mode", lim.Mode().String(), "rules", rules, "domains", domains,
 		"dir", watcher.Dir(), "reflection", s.reflection, "max_keys", s.maxKeys, "max_key_bytes", s.maxKeyBytes)
 
 	pollCtx, stopPoll := context.WithCancel(context.Background())
@@ -548,11 +619,7 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 			done = true
 		}
 	}
-	if adminSrv != nil {
-		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = adminSrv.Shutdown(c)
-		cancel()
-	}
+	httpSrvs.shutdown()
 	if cerr := closeLimiter(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("rls: reporting the last spend to Redis: %w", cerr))
 	}

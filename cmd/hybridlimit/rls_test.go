@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,12 +33,12 @@ import (
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
-// rlsRun is a running `hybridlimit rls`: its gRPC address, its admin base
-// URL ("none" without one), its output, and how to stop it.
+// rlsRun is a running `hybridlimit rls`: its gRPC address, its admin and
+// debug base URLs ("none" without one), its output, and how to stop it.
 type rlsRun struct {
-	grpc, admin string
-	out         *lockedBuffer
-	stop        func() error // cancels the command and returns what it returned
+	grpc, admin, debug string
+	out                *lockedBuffer
+	stop               func() error // cancels the command and returns what it returned
 }
 
 // startRLS runs `hybridlimit rls args...` until the test ends (or stop),
@@ -62,7 +64,7 @@ func startRLS(t *testing.T, args ...string) *rlsRun {
 	}
 	t.Cleanup(func() { _ = r.stop() })
 	// The line that says where it listens, in -log-format text or json.
-	listening := regexp.MustCompile(`msg="rls: listening" grpc=(\S+) admin=(\S+)|"msg":"rls: listening","grpc":"([^"]+)","admin":"([^"]+)"`)
+	listening := regexp.MustCompile(`msg="rls: listening" grpc=(\S+) admin=(\S+) debug=(\S+)|"msg":"rls: listening","grpc":"([^"]+)","admin":"([^"]+)","debug":"([^"]+)"`)
 	require.Eventually(t, func() bool {
 		select {
 		case err := <-done:
@@ -72,7 +74,7 @@ func startRLS(t *testing.T, args ...string) *rlsRun {
 		}
 		m := listening.FindStringSubmatch(r.out.String())
 		if m != nil {
-			r.grpc, r.admin = m[1]+m[3], m[2]+m[4]
+			r.grpc, r.admin, r.debug = m[1]+m[4], m[2]+m[5], m[3]+m[6]
 		}
 		return m != nil
 	}, 20*time.Second, 5*time.Millisecond, "the service starts: %s", r.out)
@@ -91,7 +93,13 @@ func (r *rlsRun) client(t *testing.T) *grpc.ClientConn {
 // get returns the status and body of the admin listener's path.
 func (r *rlsRun) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(r.admin + path)
+	return httpGet(t, r.admin+path)
+}
+
+// httpGet returns the status and body of url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -180,8 +188,9 @@ func TestRLSServesAndStops(t *testing.T) {
 	assert.Contains(t, body, "process_open_fds ")
 	assert.Contains(t, body, `rate_limit_keys_evicted_total 0`)
 	assert.Contains(t, body, `rate_limit_long_keys_total 0`)
-	_, body = r.get(t, "/rlconfig")
-	assert.Contains(t, body, "edge.remote_address: 2/hour")
+	code, _ := r.get(t, "/rlconfig")
+	assert.Equal(t, http.StatusNotFound, code, "the rules are the debug listener's")
+	assert.Equal(t, "none", r.debug, "no debug listener unless asked for")
 	_, body = r.get(t, "/healthz")
 	assert.Contains(t, body, `"status":"ok"`)
 
@@ -333,12 +342,12 @@ func TestRLSSettingsFromTheirEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, client)
 
-	// Their defaults, but the admin listener's: on loopback, like the
-	// gateway's (HOST=0.0.0.0 or -admin 0.0.0.0:8080 opens it).
+	// Their defaults, but the debug listener's: none unless asked for.
 	s, err = parseRLSFlags(nil, io.Discard, func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	assert.Equal(t, "0.0.0.0:8081", s.grpcAddr)
-	assert.Equal(t, "127.0.0.1:8080", s.adminAddr)
+	assert.Equal(t, "0.0.0.0:8080", s.adminAddr, "probes and scrapers from outside the pod reach it")
+	assert.Empty(t, s.debugAddr)
 	assert.Equal(t, "/srv/runtime_data/current/config", s.configDir)
 	assert.True(t, s.reflection)
 	assert.False(t, s.configRequired)
@@ -347,10 +356,10 @@ func TestRLSSettingsFromTheirEnvironment(t *testing.T) {
 	assert.Equal(t, defaultMaxKeys, hc.MaxPending)
 	assert.Equal(t, envoyrls.DefaultMaxKeyBytes, s.maxKeyBytes)
 
-	s, err = parseRLSFlags([]string{"-admin", "0.0.0.0:8080", "-grpc-reflection=false", "-config-required", "-max-keys", "5000", "-max-key-bytes", "64"}, io.Discard,
+	s, err = parseRLSFlags([]string{"-admin", "127.0.0.1:8080", "-grpc-reflection=false", "-config-required", "-max-keys", "5000", "-max-key-bytes", "64"}, io.Discard,
 		func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
-	assert.Equal(t, "0.0.0.0:8080", s.adminAddr)
+	assert.Equal(t, "127.0.0.1:8080", s.adminAddr)
 	assert.False(t, s.reflection)
 	assert.True(t, s.configRequired)
 	assert.Equal(t, 5000, s.limiterConfig(nil, nil, nil).MaxKeys)
@@ -373,6 +382,10 @@ func TestRLSSettingsRefused(t *testing.T) {
 		{nil, []string{"-max-keys", "0"}, "-max-keys 0: want a positive number"},
 		{nil, []string{"-max-key-bytes", "16"}, "-max-key-bytes 16: want at least 32"},
 		{map[string]string{"HYBRIDLIMIT_MAX_KEYS": "many"}, nil, `HYBRIDLIMIT_MAX_KEYS="many": want an integer`},
+		{map[string]string{"DEBUG_PORT": "pprof"}, nil, `DEBUG_PORT="pprof": want an integer`},
+		{nil, []string{"-admin", "127.0.0.1:9000", "-debug", "127.0.0.1:9000"}, "-admin and -debug are both on port 9000 of 127.0.0.1"},
+		{map[string]string{"DEBUG_PORT": "8081"}, []string{"-grpc", ":8081"}, "-debug and -grpc are both on port 8081"},
+		{nil, []string{"-debug", "6070"}, `-debug "6070": want host:port`},
 	}
 	for _, c := range cases {
 		_, err := parseRLSFlags(c.args, io.Discard, func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
@@ -415,4 +428,97 @@ func containsCommand(name string) bool {
 		}
 	}
 	return false
+}
+
+// The debug listener is asked for by envoyproxy/ratelimit's DEBUG_HOST and
+// DEBUG_PORT (either one), on loopback unless told.
+func TestRLSDebugListenerFromTheirEnvironment(t *testing.T) {
+	env := func(kv ...string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1], true
+				}
+			}
+			return "", false
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, nil, ""},
+		{[]string{"DEBUG_PORT", "7070"}, nil, "127.0.0.1:7070"},
+		{[]string{"DEBUG_HOST", "0.0.0.0"}, nil, "0.0.0.0:6070"},
+		{[]string{"DEBUG_HOST", "10.1.2.3", "DEBUG_PORT", "7070"}, nil, "10.1.2.3:7070"},
+		{[]string{"DEBUG_PORT", "7070"}, []string{"-debug", ""}, ""},
+		{nil, []string{"-debug", "127.0.0.1:6070"}, "127.0.0.1:6070"},
+	} {
+		s, err := parseRLSFlags(c.args, io.Discard, env(c.env...))
+		require.NoError(t, err, "%v %v", c.env, c.args)
+		assert.Equal(t, c.want, s.debugAddr, "%v %v", c.env, c.args)
+	}
+}
+
+// With envoyproxy/ratelimit's environment, the admin listener serves
+// health and metrics on every interface (a kubelet probe and a Prometheus
+// scrape from outside the pod reach it) and shows no rule; the debug
+// listener, asked for by DEBUG_PORT, is on loopback and serves pprof and
+// the rules in force.
+func TestRLSAdminOnEveryInterfaceDebugOnLoopback(t *testing.T) {
+	for _, k := range []string{"HOST", "DEBUG_HOST"} {
+		t.Setenv(k, "")
+		require.NoError(t, os.Unsetenv(k))
+	}
+	t.Setenv("PORT", "0")
+	t.Setenv("DEBUG_PORT", "0")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeConfig), 0o644))
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-config", dir)
+
+	hostPort := func(base string) (net.IP, string) {
+		u, err := url.Parse(base)
+		require.NoError(t, err, base)
+		return net.ParseIP(u.Hostname()), u.Port()
+	}
+	ip, adminPort := hostPort(r.admin)
+	assert.True(t, ip.IsUnspecified(), "the admin listener is on every interface: %s", r.admin)
+	ip, debugPort := hostPort(r.debug)
+	assert.True(t, ip.IsLoopback(), "the debug listener is on loopback: %s", r.debug)
+	admin, debug := "http://127.0.0.1:"+adminPort, "http://127.0.0.1:"+debugPort
+
+	code, body := httpGet(t, admin+"/healthcheck")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"status":"ok"`)
+	code, body = httpGet(t, admin+"/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "rate_limit_config_rules 1")
+	for _, path := range []string{"/rlconfig", "/debug/pprof/", "/debug/pprof/goroutine"} {
+		code, _ = httpGet(t, admin+path)
+		assert.Equal(t, http.StatusNotFound, code, "the admin listener does not serve %s", path)
+	}
+
+	code, body = httpGet(t, debug+"/")
+	assert.Equal(t, http.StatusOK, code)
+	for _, e := range debugEndpoints {
+		assert.Contains(t, body, e.path+": ")
+	}
+	code, body = httpGet(t, debug+"/rlconfig")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "edge.remote_address: 2/hour")
+	code, body = httpGet(t, debug+"/debug/pprof/goroutine?debug=1")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "goroutine profile:")
+	code, body = httpGet(t, debug+"/debug/pprof/")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "heap")
+	code, body = httpGet(t, debug+"/debug/pprof/cmdline")
+	assert.Equal(t, http.StatusOK, code)
+	assert.NotEmpty(t, body)
+	code, _ = httpGet(t, debug+"/metrics")
+	assert.Equal(t, http.StatusNotFound, code, "metrics are the admin listener's")
+	require.NoError(t, r.stop())
+	_, err := http.Get(debug + "/")
+	assert.Error(t, err, "the debug listener stops with the service")
 }

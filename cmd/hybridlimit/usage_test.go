@@ -118,10 +118,11 @@ func TestGatewayAndRLSDefaultsDoNotCollide(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "")
 	g, err := parseGatewayFlags([]string{"-upstream", "http://127.0.0.1:9000"}, io.Discard)
 	require.NoError(t, err)
-	r, err := parseRLSFlags(nil, io.Discard, func(string) (string, bool) { return "", false })
+	r, err := parseRLSFlags(nil, io.Discard, func(k string) (string, bool) { return "127.0.0.1", k == "DEBUG_HOST" })
 	require.NoError(t, err)
 	ports := map[string]string{}
-	for what, addr := range map[string]string{"gateway -listen": g.listen, "gateway -admin": g.admin, "rls -grpc": r.grpcAddr, "rls -admin": r.adminAddr} {
+	for what, addr := range map[string]string{"gateway -listen": g.listen, "gateway -admin": g.admin, "rls -grpc": r.grpcAddr, "rls -admin": r.adminAddr,
+		"rls -debug (when asked for)": r.debugAddr} {
 		_, port, err := net.SplitHostPort(addr)
 		require.NoError(t, err, what)
 		if other, taken := ports[port]; taken {
