@@ -57,6 +57,7 @@ type rlsSettings struct {
 	syncInterval, decisionTimeout time.Duration
 	fleetSize                     int
 	askWait                       time.Duration
+	countReadWait                 time.Duration
 
 	shadowMode, quotaMode, headers bool
 	headerNames                    envoyrls.Headers
@@ -223,6 +224,7 @@ func parseRLSFlags(args []string, out io.Writer, lookup func(string) (string, bo
 	fs.DurationVar(&s.syncInterval, "sync-interval", e.duration("HYBRIDLIMIT_SYNC_INTERVAL", hybrid.DefaultSyncInterval), "async mode: time between reconciliations with Redis (env HYBRIDLIMIT_SYNC_INTERVAL)")
 	fs.DurationVar(&s.decisionTimeout, "decision-timeout", e.duration("HYBRIDLIMIT_REDIS_TIMEOUT", hybrid.DefaultRedisTimeout), "sync mode: the longest a decision waits on Redis before deciding from memory (env HYBRIDLIMIT_REDIS_TIMEOUT)")
 	fs.DurationVar(&s.askWait, "ask-wait", e.duration("HYBRIDLIMIT_ASK_WAIT", defaultRLSAskWait), "async mode: the longest a check beyond its instance's share waits for the fleet to make room, kept under Envoy's 20 ms timeout; negative: never wait (env HYBRIDLIMIT_ASK_WAIT)")
+	fs.DurationVar(&s.countReadWait, "count-read-wait", e.duration("HYBRIDLIMIT_COUNT_READ_WAIT", envoyrls.DefaultCountReadWait), "the longest the first call for a key in a window (a new key, or any after a restart) waits to read the fleet's count from Redis; past it the call goes on with what this instance knows (env HYBRIDLIMIT_COUNT_READ_WAIT)")
 	fs.IntVar(&s.fleetSize, "fleet-size", e.integer("HYBRIDLIMIT_FLEET_SIZE", 0), "instances sharing the limits, to divide them by while Redis is down; 0: as last seen in Redis (env HYBRIDLIMIT_FLEET_SIZE)")
 
 	fs.BoolVar(&s.shadowMode, "shadow-mode", e.boolean("SHADOW_MODE", false), "never answer OVER_LIMIT overall, while counting (env SHADOW_MODE)")
@@ -505,7 +507,7 @@ func runRLS(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	scfg := envoyrls.Config{Limiter: lim, Rules: watcher.Current, Observer: rec, Logger: log, ShadowMode: s.shadowMode, QuotaMode: s.quotaMode,
-		MaxKeyBytes: s.maxKeyBytes, Prefix: s.prefix, SyncInterval: s.syncInterval, MaxCounts: s.maxKeys}
+		MaxKeyBytes: s.maxKeyBytes, Prefix: s.prefix, SyncInterval: s.syncInterval, CountReadWait: s.countReadWait, MaxCounts: s.maxKeys}
 	if s.mode != hybrid.LocalOnly && client != nil {
 		scfg.Redis = client // the windows' counts, as envoyproxy/ratelimit keeps them
 	}

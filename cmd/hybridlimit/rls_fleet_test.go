@@ -43,6 +43,12 @@ func writeRule(t *testing.T, dir string, n int) {
 	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "edge.yaml")))
 }
 
+// readWait is how long the replicas' first call for a key waits to read
+// the fleet's count: long enough for a loaded machine, where the default
+// 5 ms passes before Redis answers (the call then goes on with what the
+// replica knows, and its remaining is higher than the fleet's).
+const readWait = "2s"
+
 // hit sends one call for client c and returns the answer's code and
 // limit_remaining, and its remaining header.
 func hit(t *testing.T, r *rlsRun, c string) (rlsv3.RateLimitResponse_Code, uint32, string) {
@@ -87,7 +93,7 @@ func waitCount(t *testing.T, srv *redistest.Server, key string, n int) {
 func TestRLSReplicasRemainingIsTheFleets(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := tenADayConfig(t, 10)
-	args := []string{"-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:", "-response-headers"}
+	args := []string{"-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:", "-count-read-wait", readWait, "-response-headers"}
 	a, b := startRLS(t, args...), startRLS(t, args...)
 
 	var got []uint32
@@ -131,7 +137,7 @@ func check(t *testing.T, r *rlsRun, c string) uint32 {
 func TestRLSRestartedReplicaKeepsTheWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := tenADayConfig(t, 10)
-	args := []string{"-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:"}
+	args := []string{"-grpc", "127.0.0.1:0", "-admin", "", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:", "-count-read-wait", readWait}
 	r := startRLS(t, args...)
 	for range 3 {
 		code, _, _ := hit(t, r, "c1")
@@ -159,7 +165,7 @@ func TestRLSRestartedReplicaKeepsTheWindow(t *testing.T) {
 func TestRLSReloadKeepsTheCount(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := tenADayConfig(t, 10)
-	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:")
+	r := startRLS(t, "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-config", dir, "-redis", srv.Addr(), "-prefix", "t:", "-count-read-wait", readWait)
 	for range 2 {
 		code, _, _ := hit(t, r, "c1")
 		require.Equal(t, rlsv3.RateLimitResponse_OK, code)
