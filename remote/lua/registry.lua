@@ -37,6 +37,7 @@ local new = redis.call('ZADD', KEYS[1], now, node)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - active)
 
 local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
+local stamped = stamp
 for i = 7, #ARGV, 5 do
   local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local reset = tonumber(ARGV[i + 4])
@@ -68,9 +69,10 @@ for i = 7, #ARGV, 5 do
     end
   end
 end
-redis.call('SET', KEYS[5], stamp)
+if stamp ~= stamped then redis.call('SET', KEYS[5], stamp) end
 
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+local touched = stamp ~= stamped or #dead > 0
 if #dead > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   redis.call('ZREM', KEYS[3], unpack(dead))
@@ -102,10 +104,15 @@ if #changes > 0 then
   end
 end
 -- The fleet lives while nodes beat; the registry while an entry is alive.
+-- Their lives are set again when the registry changed, and otherwise once
+-- the fleet's has run down to half: a quiet beat reads one PTTL instead
+-- of setting five (the registry's keys outlive the fleet's whenever set).
 local keep = math.ceil(2 * active / 1000)
-redis.call('PEXPIRE', KEYS[1], keep)
-local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-local ttl = keep
-if #last == 2 then ttl = math.max(keep, math.ceil((tonumber(last[2]) - now) / 1000) + keep) end
-for i = 2, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+if touched or new == 1 or redis.call('PTTL', KEYS[1]) < keep / 2 then
+  redis.call('PEXPIRE', KEYS[1], keep)
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local ttl = keep
+  if #last == 2 then ttl = math.max(keep, math.ceil((tonumber(last[2]) - now) / 1000) + keep) end
+  for i = 2, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 return out
