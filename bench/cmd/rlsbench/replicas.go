@@ -60,6 +60,15 @@ type windowTally struct {
 	admitted []int
 }
 
+// perSecond is what the run admitted a second ÷ limit.
+func (t windowTally) perSecond(limit int) float64 {
+	sum := 0
+	for _, a := range t.admitted {
+		sum += a
+	}
+	return float64(sum) / float64(len(t.admitted)) / float64(limit)
+}
+
 // tally counts samples (sorted by the time sent, as drive returns them)
 // against a limit a window of one second, over secs windows; calls sent
 // after the last window are left out.
@@ -184,10 +193,12 @@ func (r *report) writeReplicas(w io.Writer) {
 		"sticky sends all the key's calls to one replica (one Envoy, one connection), round-robin sends each to the next. "+
 		"Every call refused there is one the limit allows (\"refused within the limit\"; an exact limiter refuses 0). "+
 		"**Every replica bursting**: each replica offered the key at once, as fast as the clients go (each goroutine pinned to one replica): "+
-		"the most any second admitted ÷ the limit, beside hybridlimit's Async bound of docs/accuracy.md (envoyproxy/ratelimit counts in Redis and is exact). "+
+		"what the run admitted a second ÷ the limit, beside hybridlimit's Async bound of docs/accuracy.md (envoyproxy/ratelimit counts in Redis and is exact). "+
+		"Each call is put in the second it was sent in, by the load generator's clock: a call sent just before a second ends may be counted by the service in the next, "+
+		"so the lowest and highest second (in parentheses) stray from the limit by the calls in flight at the seconds' ends, more the busier the machine, while the whole run's figure does not. "+
 		"\"Past 20 ms\": calls answered after Envoy's default timeout of the rate limit service, or not at all.\n\n",
 		r.o.replicaLimit, r.o.replicaFor)
-	fmt.Fprintln(w, "| routing | service | replicas | offered/s | calls | refused within the limit | past 20 ms | errors | admitted a second ÷ limit (lowest–highest) | bound |")
+	fmt.Fprintln(w, "| routing | service | replicas | offered/s | calls | refused within the limit | past 20 ms | errors | admitted a second ÷ limit (lowest–highest second) | bound |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	rs := slices.Clone(r.replicas)
 	slices.SortStableFunc(rs, func(a, b replicaRun) int {
@@ -205,8 +216,8 @@ func (r *report) writeReplicas(w io.Writer) {
 				bound = fmt.Sprintf("%.3f (round %s)", x.bound, ms(x.roundTrip))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %v | %d | %s | %d | %s | %d | %d | %.2f–%.2f | %s |\n", x.routing, x.kind, x.instances, offered, x.calls, refused,
-			x.tally.late, x.tally.errs, float64(slices.Min(x.tally.admitted))/float64(x.limit), float64(x.worst)/float64(x.limit), bound)
+		fmt.Fprintf(w, "| %s | %v | %d | %s | %d | %s | %d | %d | %.3f (%.2f–%.2f) | %s |\n", x.routing, x.kind, x.instances, offered, x.calls, refused,
+			x.tally.late, x.tally.errs, x.tally.perSecond(x.limit), float64(slices.Min(x.tally.admitted))/float64(x.limit), float64(x.worst)/float64(x.limit), bound)
 	}
 }
 

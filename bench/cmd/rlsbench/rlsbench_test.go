@@ -113,8 +113,8 @@ func TestReplicaReportRows(t *testing.T) {
 	r.writeReplicas(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| round-robin | envoyproxy/ratelimit | 2 | 100 | 200 | 0 | 0 | 0 | 1.00–1.00 | 1 (exact) |\n| round-robin | hybridlimit | 2 | 100 | 200 | 7 | 1 | 0 | 0.93–1.00 | — |",
-		"| every replica bursting | hybridlimit | 2 | max | 5000 | — | 0 | 0 | 1.00–1.01 | 1.015 (round 500 µs) |",
+		"| round-robin | envoyproxy/ratelimit | 2 | 100 | 200 | 0 | 0 | 0 | 1.000 (1.00–1.00) | 1 (exact) |\n| round-robin | hybridlimit | 2 | 100 | 200 | 7 | 1 | 0 | 0.965 (0.93–1.00) | — |",
+		"| every replica bursting | hybridlimit | 2 | max | 5000 | — | 0 | 0 | 1.005 (1.00–1.01) | 1.015 (round 500 µs) |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q in\n%s", want, out)
