@@ -65,6 +65,7 @@ rls-compat: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlscompat
 
 ## bench-rls: hybridlimit rls and envoyproxy/ratelimit under the same gRPC load, 1 to 4 instances, and Redis killed for 10 s;
+## 2 and 4 replicas on a new key at its limit (sticky, round-robin) and bursting at once; replicas at rest;
 ## writes bench/rls-results.md and docs/bench-rls.png
 bench-rls: tools rls-peer
 	cd bench && $(GO) run ./cmd/rlsbench

@@ -165,30 +165,60 @@ func (b *bench) floodRun(ctx context.Context, kind rlsrun.Kind) (flood, error) {
 	return f, nil
 }
 
-// idle is an instance at rest: freshly started, and again after a load.
+// idle is a fleet of replicas at rest: freshly started, and again after a
+// load.
 type idle struct {
 	kind          rlsrun.Kind
+	instances     int
 	fresh, loaded idleWindow
 }
 
-// idleWindow is what an instance cost over a window with no call.
+// idleWindow is what each replica cost over a window with no call.
 type idleWindow struct {
-	cpuEachSecond time.Duration // CPU time a second
-	rss           int64         // resident set at the end, bytes
-	redisCmds     float64       // Redis commands a second (inside scripts included)
-	redisUsPerSec float64       // Redis CPU a second, µs
+	cpuEachSecond time.Duration // CPU time a second, the mean over the replicas
+	cpuMost       time.Duration // CPU time a second of the busiest replica
+	rss           int64         // resident set at the end, the largest replica's, bytes
+	redisCmds     float64       // Redis commands a second (inside scripts included) ÷ replicas
+	redisUsPerSec float64       // Redis CPU a second ÷ replicas, µs
 }
 
-// idleRun measures one fresh instance at rest for idleFor, then loads it
-// as fast as the clients go for 10 s over 1,000 clients, lets it settle 5
-// s, and measures it at rest again.
-func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind) (idle, error) {
-	ins, err := b.start(ctx, kind, 1)
+// perReplica turns what n replicas cost over took (CPU and RSS each; the
+// Redis server's commands and CPU µs in all) into an idleWindow.
+func perReplica(cpu []time.Duration, rss []int64, redisCalls, redisUsec int64, took time.Duration) idleWindow {
+	var w idleWindow
+	n := float64(len(cpu))
+	for i, c := range cpu {
+		each := time.Duration(float64(c) / took.Seconds())
+		w.cpuEachSecond += time.Duration(float64(each) / n)
+		w.cpuMost = max(w.cpuMost, each)
+		w.rss = max(w.rss, rss[i])
+	}
+	w.redisCmds = float64(redisCalls) / took.Seconds() / n
+	w.redisUsPerSec = float64(redisUsec) / took.Seconds() / n
+	return w
+}
+
+// idleRun measures n fresh replicas at rest for idleFor, then loads them
+// as fast as the clients go for 10 s over 1,000 clients (each goroutine
+// sending to the replicas in turn), lets them settle 5 s, and measures them
+// at rest again.
+func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind, n int) (idle, error) {
+	ins, err := b.start(ctx, kind, n)
 	if err != nil {
 		return idle{}, err
 	}
 	defer stopAll(ins)
-	in := ins[0]
+	procs := func() ([]rlsrun.ProcStats, error) {
+		var ps []rlsrun.ProcStats
+		for _, in := range ins {
+			p, err := in.Proc()
+			if err != nil {
+				return nil, err
+			}
+			ps = append(ps, p)
+		}
+		return ps, nil
+	}
 	window := func() (idleWindow, error) {
 		if err := sleep(ctx, 5*time.Second); err != nil { // settle
 			return idleWindow{}, err
@@ -196,7 +226,7 @@ func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind) (idle, error) {
 		if err := measure.ResetServerStats(ctx, b.admin); err != nil {
 			return idleWindow{}, err
 		}
-		before, err := in.Proc()
+		before, err := procs()
 		if err != nil {
 			return idleWindow{}, err
 		}
@@ -204,7 +234,7 @@ func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind) (idle, error) {
 		if err := sleep(ctx, b.o.idleFor); err != nil {
 			return idleWindow{}, err
 		}
-		after, err := in.Proc()
+		after, err := procs()
 		if err != nil {
 			return idleWindow{}, err
 		}
@@ -213,12 +243,13 @@ func (b *bench) idleRun(ctx context.Context, kind rlsrun.Kind) (idle, error) {
 		if err != nil {
 			return idleWindow{}, err
 		}
-		return idleWindow{
-			cpuEachSecond: time.Duration(float64(after.CPU-before.CPU) / took.Seconds()), rss: after.RSS,
-			redisCmds: float64(rs.Calls) / took.Seconds(), redisUsPerSec: float64(rs.Usec) / took.Seconds(),
-		}, nil
+		cpu, rss := make([]time.Duration, n), make([]int64, n)
+		for i := range after {
+			cpu[i], rss[i] = after[i].CPU-before[i].CPU, after[i].RSS
+		}
+		return perReplica(cpu, rss, rs.Calls, rs.Usec, took), nil
 	}
-	out := idle{kind: kind}
+	out := idle{kind: kind, instances: n}
 	if out.fresh, err = window(); err != nil {
 		return out, err
 	}
@@ -313,16 +344,17 @@ func (r *report) writeIdle(w io.Writer) {
 	if len(r.idles) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n## An instance at rest\n\nOne instance with no call for %v: freshly started (after 5 s to settle), then again 5 s after 10 s of load as fast as the clients go over 1,000 clients. "+
-		"CPU from /proc/PID/stat (user and system), the resident set from /proc/PID/status, Redis's commands (inside scripts included) and CPU from INFO commandstats.\n\n", r.o.idleFor)
-	fmt.Fprintln(w, "| service | | CPU a second | RSS | Redis commands/s | Redis CPU µs/s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "\n## Replicas at rest\n\n1, 2 and 4 replicas with no call for %v: freshly started (after 5 s to settle), then again 5 s after 10 s of load as fast as the clients go over 1,000 clients, spread over the replicas. "+
+		"Each figure is a replica's: CPU from /proc/PID/stat (user and system, in steps of 10 ms), the mean over the replicas and the busiest; the largest resident set (/proc/PID/status); "+
+		"the private redis-server's commands (inside scripts included, INFO commandstats) and CPU (its commands' µs) a second, ÷ the replicas.\n\n", r.o.idleFor)
+	fmt.Fprintln(w, "| service | replicas | | CPU a second (busiest) | RSS | Redis commands/s | Redis CPU µs/s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, x := range r.idles {
 		for _, row := range []struct {
 			name string
 			w    idleWindow
 		}{{"fresh", x.fresh}, {"after a load", x.loaded}} {
-			fmt.Fprintf(w, "| %v | %s | %s | %s | %.0f | %.0f |\n", x.kind, row.name, ms(row.w.cpuEachSecond), mib(row.w.rss), row.w.redisCmds, row.w.redisUsPerSec)
+			fmt.Fprintf(w, "| %v | %d | %s | %s (%s) | %s | %.0f | %.0f |\n", x.kind, x.instances, row.name, ms(row.w.cpuEachSecond), ms(row.w.cpuMost), mib(row.w.rss), row.w.redisCmds, row.w.redisUsPerSec)
 		}
 	}
 }

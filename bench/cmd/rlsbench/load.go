@@ -34,6 +34,9 @@ type clients struct {
 	// connection to a rate limit service host; else each goroutine sends
 	// to the instances in turn.
 	pinned bool
+	// route, when set, picks the instance of call i of goroutine g out of
+	// n (over pinned).
+	route func(g, i, n int) int
 }
 
 func dial(addrs []string, goroutines int) (*clients, error) {
@@ -122,6 +125,9 @@ func drive(ctx context.Context, c *clients, rate float64, dur, timeout time.Dura
 				target := i % len(inst)
 				if c.pinned {
 					target = w % len(inst)
+				}
+				if c.route != nil {
+					target = c.route(w, i, len(inst))
 				}
 				cctx, cancel := context.WithTimeout(ctx, timeout)
 				resp, err := inst[target].ShouldRateLimit(cctx, mk(w, i))

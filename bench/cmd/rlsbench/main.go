@@ -24,11 +24,17 @@
 //     (as each Envoy holds one connection to a rate limit service host),
 //     admitted ÷ limit a second;
 //
+//   - a fleet of 2 and 4 replicas and a new key of 100/s: offered exactly
+//     its limit, sticky (all its calls on one replica) and round-robin,
+//     the calls refused within the limit and those past Envoy's 20 ms
+//     timeout; then every replica bursting at once, the most admitted in a
+//     second beside the Async bound;
+//
 //   - a flood of distinct 4 KB descriptor values against one instance: its
 //     peak memory, and what it held and evicted;
 //
-//   - one instance at rest, fresh and after a load: CPU a second, memory,
-//     Redis commands a second.
+//   - 1, 2 and 4 replicas at rest, fresh and after a load: CPU a second,
+//     memory, Redis commands a second, each a replica's.
 //
 // -cases picks the runs (all by default). It writes a Markdown report
 // (-out) and a plot (-plot, when the latency and outage runs ran). Both
@@ -65,7 +71,7 @@ const benchDomain = "bench"
 // benchConfig is the configuration both services load: a limit per client
 // that the latency runs never reach, one shared key, the sticky runs' new
 // keys, and the flood's values.
-func benchConfig(hotLimit int, stickyLimits []int) string {
+func benchConfig(hotLimit int, stickyLimits []int, replicaLimit int) string {
 	var sticky strings.Builder
 	for _, l := range stickyLimits {
 		fmt.Fprintf(&sticky, "  - key: sticky-%d\n    rate_limit: {unit: second, requests_per_unit: %d}\n", l, l)
@@ -76,13 +82,15 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000}
   - key: hot
     rate_limit: {unit: second, requests_per_unit: %d}
-%s  - key: flood
+%s  - key: replica
+    rate_limit: {unit: second, requests_per_unit: %d}
+  - key: flood
     rate_limit: {unit: minute, requests_per_unit: 100}
-`, hotLimit, sticky.String())
+`, hotLimit, sticky.String(), replicaLimit)
 }
 
 // allCases are the runs -cases may name, in the order they run.
-var allCases = []string{"latency", "accuracy", "outage", "sticky", "flood", "idle"}
+var allCases = []string{"latency", "accuracy", "outage", "sticky", "replicas", "flood", "idle"}
 
 type options struct {
 	bin                   string
@@ -106,11 +114,15 @@ type options struct {
 	floodValues           int
 	floodBytes            int
 	idleFor               time.Duration
+	idleInstances         []int
+	replicaInstances      []int
+	replicaLimit          int
+	replicaFor            time.Duration
 }
 
 func main() {
 	var o options
-	var rates, instances, only, cases, stickyInstances, stickyLimits string
+	var rates, instances, only, cases, stickyInstances, stickyLimits, idleInstances, replicaInstances string
 	flag.StringVar(&o.bin, "bin", ".bin", "the directory holding hybridlimit and service_cmd (make rls-peer)")
 	flag.StringVar(&rates, "rates", "1000,2000,4000,8000,16000", "offered loads of the latency runs, requests/s; then one run as fast as the clients go")
 	flag.StringVar(&instances, "instances", "1,2,4", "instance counts of the latency runs")
@@ -133,7 +145,11 @@ func main() {
 	flag.DurationVar(&o.stickyFor, "sticky-for", 10*time.Second, "duration of each sticky run (whole seconds)")
 	flag.IntVar(&o.floodValues, "flood-values", 200_000, "distinct descriptor values of the flood")
 	flag.IntVar(&o.floodBytes, "flood-bytes", 4096, "bytes of each flood value")
-	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "each window of the idle run")
+	flag.DurationVar(&o.idleFor, "idle-for", 20*time.Second, "each window of the idle runs")
+	flag.StringVar(&idleInstances, "idle-instances", "1,2,4", "replica counts of the idle runs")
+	flag.StringVar(&replicaInstances, "replica-instances", "2,4", "replica counts of the replica runs")
+	flag.IntVar(&o.replicaLimit, "replica-limit", 100, "the replica runs' new key's limit, requests per second")
+	flag.DurationVar(&o.replicaFor, "replica-for", 10*time.Second, "duration of each replica run (whole seconds)")
 	flag.StringVar(&o.out, "out", "rls-results.md", "write the Markdown report here too (\"\" for stdout only)")
 	flag.StringVar(&o.plot, "plot", "../docs/bench-rls.png", "write the plot here (\"\" for none)")
 	flag.Parse()
@@ -151,6 +167,12 @@ func main() {
 		for _, n := range is {
 			o.stickyInstances = append(o.stickyInstances, int(n))
 		}
+	}
+	if err == nil {
+		o.idleInstances, err = ints(idleInstances)
+	}
+	if err == nil {
+		o.replicaInstances, err = ints(replicaInstances)
 	}
 	if err == nil {
 		var ls []float64
@@ -192,6 +214,19 @@ func floats(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// ints parses a comma-separated list of positive whole numbers.
+func ints(s string) ([]int, error) {
+	fs, err := floats(s)
+	var out []int
+	for _, f := range fs {
+		if f != float64(int(f)) {
+			return nil, fmt.Errorf("%q: want whole numbers", s)
+		}
+		out = append(out, int(f))
+	}
+	return out, err
 }
 
 // pickCases parses -cases.
@@ -238,7 +273,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit, o.stickyLimits)}); err != nil {
+	if err := rlsrun.WriteConfig(root, map[string]string{"bench.yaml": benchConfig(o.hotLimit, o.stickyLimits, o.replicaLimit)}); err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(root, "services.log"))
@@ -301,6 +336,18 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
+	for _, n := range o.replicaInstances {
+		for _, kind := range o.kinds {
+			if !o.cases["replicas"] {
+				break
+			}
+			runs, err := b.replicaRuns(ctx, kind, n)
+			if err != nil {
+				return fmt.Errorf("%v replicas: %w", kind, err)
+			}
+			rep.replicas = append(rep.replicas, runs...)
+		}
+	}
 	for _, kind := range o.kinds {
 		if !o.cases["flood"] {
 			break
@@ -312,16 +359,18 @@ func run(ctx context.Context, o options) error {
 		}
 		rep.floods = append(rep.floods, f)
 	}
-	for _, kind := range o.kinds {
-		if !o.cases["idle"] {
-			break
+	for _, n := range o.idleInstances {
+		for _, kind := range o.kinds {
+			if !o.cases["idle"] {
+				break
+			}
+			progress("idle: %v, %d replicas, %v at rest, twice", kind, n, o.idleFor)
+			x, err := b.idleRun(ctx, kind, n)
+			if err != nil {
+				return fmt.Errorf("%v idle, %d replicas: %w", kind, n, err)
+			}
+			rep.idles = append(rep.idles, x)
 		}
-		progress("idle: %v, %v at rest, twice", kind, o.idleFor)
-		x, err := b.idleRun(ctx, kind)
-		if err != nil {
-			return fmt.Errorf("%v idle: %w", kind, err)
-		}
-		rep.idles = append(rep.idles, x)
 	}
 	rep.took, rep.loadEnd = time.Since(rep.started), loadAverage()
 	var w io.Writer = os.Stdout
@@ -524,21 +573,8 @@ func (b *bench) accuracyRun(ctx context.Context, kind rlsrun.Kind) (accuracy, er
 		a.worst = max(a.worst, v)
 	}
 	if kind == rlsrun.Ours {
-		// The Async bound of docs/accuracy.md for a window of one second and
-		// no burst: L·(1 + (1.1·I + r)·(N−1)/N), with r the mean round trip
-		// of a reconciliation round the instances measured.
-		var sum, count float64
-		for _, in := range ins {
-			s, err1 := in.Metric(ctx, `rate_limit_sync_round_duration_seconds_sum{result="ok"}`)
-			c, err2 := in.Metric(ctx, `rate_limit_sync_round_duration_seconds_count{result="ok"}`)
-			if err := errors.Join(err1, err2); err != nil {
-				return accuracy{}, err
-			}
-			sum, count = sum+s, count+c
-		}
-		if count > 0 {
-			a.roundTrip = time.Duration(sum / count * float64(time.Second))
-			a.bound = 1 + (1.1*b.o.syncInterval.Seconds()+a.roundTrip.Seconds())*float64(n-1)/float64(n)
+		if a.roundTrip, a.bound, err = b.asyncBound(ctx, ins); err != nil {
+			return accuracy{}, err
 		}
 	}
 	ticks := float64(n) * b.o.accuracy.Seconds() / b.o.syncInterval.Seconds()

@@ -28,6 +28,7 @@ type report struct {
 	accuracy  []accuracy
 	outages   []outage
 	sticky    []sticky
+	replicas  []replicaRun
 	floods    []flood
 	idles     []idle
 }
@@ -171,6 +172,7 @@ func (r *report) write(w io.Writer) {
 		}
 	}
 	r.writeSticky(w)
+	r.writeReplicas(w)
 	r.writeFlood(w)
 	r.writeIdle(w)
 }

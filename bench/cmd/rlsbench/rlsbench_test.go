@@ -1,9 +1,12 @@
 package main
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/bench/rlsrun"
 	"github.com/hybridlimit/hybridlimit/envoyrls/config"
 )
 
@@ -46,7 +49,7 @@ func TestSummariseAndWindow(t *testing.T) {
 }
 
 func TestBenchConfigLoads(t *testing.T) {
-	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500, []int{100, 10}))); err != nil {
+	if _, err := config.Parse("bench.yaml", []byte(benchConfig(500, []int{100, 10}, 100))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := floats("1000,x"); err == nil {
@@ -65,5 +68,65 @@ func TestPickCases(t *testing.T) {
 	}
 	if _, err := pickCases("sticky,speed"); err == nil {
 		t.Fatal("an unknown run: an error")
+	}
+}
+
+func TestTallyCountsRefusalsWithinTheLimitOnly(t *testing.T) {
+	ms := time.Millisecond
+	s := []sample{
+		// window 0, limit 3: the 2nd call refused (within), the 4th refused (past the limit)
+		{at: 5 * ms, lat: ms},
+		{at: 15 * ms, lat: 25 * ms, over: true},
+		{at: 25 * ms, lat: ms},
+		{at: 35 * ms, lat: ms, over: true},
+		// window 1: an error counts as sent and late, never as refused or admitted
+		{at: time.Second, err: true},
+		{at: time.Second + ms, lat: ms},
+		{at: time.Second + 2*ms, lat: ms, over: true},
+		{at: time.Second + 3*ms, lat: ms, over: true},
+		// past the last window: left out
+		{at: 2 * time.Second, lat: time.Second, over: true},
+	}
+	got := tally(s, 3, 2)
+	if got.refusedWithin != 2 || got.late != 2 || got.errs != 1 || !slices.Equal(got.admitted, []int{2, 1}) {
+		t.Fatalf("%+v", got)
+	}
+	if got := tally(nil, 3, 2); got.refusedWithin != 0 || len(got.admitted) != 2 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func TestPerReplicaDividesRedisAndKeepsTheBusiest(t *testing.T) {
+	w := perReplica([]time.Duration{20 * time.Millisecond, 60 * time.Millisecond}, []int64{10 << 20, 30 << 20}, 1000, 500, 10*time.Second)
+	if w.cpuEachSecond != 4*time.Millisecond || w.cpuMost != 6*time.Millisecond || w.rss != 30<<20 || w.redisCmds != 50 || w.redisUsPerSec != 25 {
+		t.Fatalf("%+v", w)
+	}
+}
+
+func TestReplicaReportRows(t *testing.T) {
+	r := &report{o: options{replicaLimit: 100, replicaFor: 2 * time.Second}, replicas: []replicaRun{
+		{kind: rlsrun.Ours, instances: 2, routing: burst, limit: 100, seconds: 2, calls: 5000, tally: windowTally{admitted: []int{101, 100}}, worst: 101, bound: 1.015, roundTrip: 500 * time.Microsecond},
+		{kind: rlsrun.Ours, instances: 2, routing: roundRobin, limit: 100, offered: 100, seconds: 2, calls: 200, tally: windowTally{refusedWithin: 7, late: 1, admitted: []int{93, 100}}, worst: 100},
+		{kind: rlsrun.Theirs, instances: 2, routing: roundRobin, limit: 100, offered: 100, seconds: 2, calls: 200, tally: windowTally{admitted: []int{100, 100}}, worst: 100},
+	}}
+	var b strings.Builder
+	r.writeReplicas(&b)
+	out := b.String()
+	for _, want := range []string{
+		"| round-robin | envoyproxy/ratelimit | 2 | 100 | 200 | 0 | 0 | 0 | 1.000 (1.00–1.00) | 1 (exact) |\n| round-robin | hybridlimit | 2 | 100 | 200 | 7 | 1 | 0 | 0.965 (0.93–1.00) | — |",
+		"| every replica bursting | hybridlimit | 2 | max | 5000 | — | 0 | 0 | 1.005 (1.00–1.01) | 1.015 (round 500 µs) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in\n%s", want, out)
+		}
+	}
+}
+
+func TestInts(t *testing.T) {
+	if got, err := ints("1, 2,4"); err != nil || !slices.Equal(got, []int{1, 2, 4}) {
+		t.Fatalf("%v %v", got, err)
+	}
+	if _, err := ints("1.5"); err == nil {
+		t.Fatal("want an error")
 	}
 }
