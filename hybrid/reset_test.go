@@ -69,23 +69,39 @@ func TestResetAsync(t *testing.T) {
 	lim := Per(20, time.Hour).WithBurst(20)
 	cfg := Config{Redis: srv.Client(t), Prefix: "reset:", SyncInterval: 5 * time.Millisecond}
 	nodes := []*Limiter{newLimiter(t, cfg), newLimiter(t, cfg), newLimiter(t, cfg)}
-	// Every node exhausts the key, and learns that the fleet has.
-	require.Eventually(t, func() bool {
+	// Every node exhausts the key, and learns that the fleet has. A node
+	// refused while the store still had room (an ask answered before the
+	// room moved) asks again within two intervals and may be admitted:
+	// the fleet is exhausted once every node is refused after the rounds
+	// that follow. What it admitted stays within the limit and the slack
+	// of the fleet's start (three nodes started together without
+	// FleetSize: C·(N−1)/N).
+	spent := 0
+	exhausted := func() bool {
 		all := true
 		for _, l := range nodes {
 			d, _ := l.Allow(bg, "k", lim)
+			if d.Allowed {
+				spent++
+			}
 			all = all && !d.Allowed
 		}
 		return all
-	}, 10*time.Second, time.Millisecond)
-	for _, l := range nodes {
-		rounds := l.Stats().Reconcile.Rounds
-		require.Eventually(t, func() bool { return l.Stats().Reconcile.Rounds > rounds+1 }, 10*time.Second, time.Millisecond)
 	}
-	for _, l := range nodes {
-		d, _ := l.Allow(bg, "k", lim)
-		require.False(t, d.Allowed, "still exhausted after the rounds")
+	settled := false
+	for range 10 {
+		require.Eventually(t, exhausted, 10*time.Second, time.Millisecond)
+		for _, l := range nodes {
+			rounds := l.Stats().Reconcile.Rounds
+			require.Eventually(t, func() bool { return l.Stats().Reconcile.Rounds > rounds+1 }, 10*time.Second, time.Millisecond)
+		}
+		if settled = exhausted(); settled {
+			break
+		}
 	}
+	require.True(t, settled, "still exhausted after the rounds")
+	assert.LessOrEqual(t, float64(spent), 20+20*2/3.0, "the fleet admitted its burst, and at most the slack of its start")
+	t.Logf("the fleet admitted %d of a burst of 20 before the reset", spent)
 
 	require.NoError(t, nodes[0].Reset(bg, "k", lim))
 	d, err := nodes[0].Allow(bg, "k", lim)
