@@ -53,6 +53,10 @@ type Limiter struct {
 
 	faults     faultState
 	startNodes atomic.Int64 // nodes in the fleet at first contact, until a round says
+
+	// realClock: the clock is clock.Real, and the offset's base a reading of
+	// it, so now reads the monotonic clock alone (Offset.MapNow).
+	realClock bool
 }
 
 // reconciler is what both modes' reconcilers do for the limiter.
@@ -85,6 +89,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg, mode: mode, clock: cfg.Clock, offset: clock.NewOffset(cfg.Clock.Now()), engine: engine, log: cfg.Logger,
 		lostKeys: make(map[string]struct{})}
+	_, l.realClock = cfg.Clock.(clock.Real)
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
 	if mode == LocalOnly {
@@ -308,7 +313,12 @@ func (l *Limiter) Degraded() bool { return l.engine.Degraded() }
 
 // now is the limiter's time for a decision: this node's clock mapped onto
 // Redis's, in Unix ns.
-func (l *Limiter) now() int64 { return l.offset.Map(l.clock.Now()) }
+func (l *Limiter) now() int64 {
+	if l.realClock {
+		return l.offset.MapNow()
+	}
+	return l.offset.Map(l.clock.Now())
+}
 
 // Now returns the limiter's clock, aligned to Redis server TIME once the
 // first round has measured the offset, and never going backwards: what
