@@ -342,43 +342,52 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // not count against Redis in the breaker. A key whose Redis value is of
 // another type is decided under the Fallback too (and counted in
 // Stats.Faults). The Async and LocalOnly paths never block and ignore ctx.
-func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
-	d, err := l.allowN(ctx, key, lim, n)
-	if err == local.ErrSealed {
+func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (d Decision, err error) {
+	if err = l.allowN(ctx, key, &lim, n, &d); err == local.ErrSealed {
 		return Decision{}, ErrClosed // Close began after the check below
 	}
 	return d, err
 }
 
-func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
+// allowN decides into d, which is zero. The limit and the decision travel by
+// pointer down the paths that decide from memory (LocalOnly, Async with room,
+// degraded under Conservative): copied through each call, they cost more
+// than the decision itself. lim is AllowN's copy: it is made canonical in
+// place.
+func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d *Decision) (err error) {
 	if l.closed.Load() {
-		return Decision{}, ErrClosed
+		return ErrClosed
 	}
-	lim = lim.Canonical()
+	if lim.Burst == lim.Rate && lim.Algorithm.IsBucket() {
+		lim.Burst = 0 // lim.Canonical(), without the copies
+	}
 	switch l.mode {
 	case LocalOnly:
-		res, err := l.engine.AllowN(l.now(), key, lim, n)
-		return Decision{Result: res, Source: Local}, err
+		return l.engine.Decide(l.now(), key, lim, n, &d.Result) // d.Source is Local, the zero value
 	case Sync:
-		return l.syncAllow(ctx, key, lim, n)
+		*d, err = l.syncAllow(ctx, key, *lim, n)
+		return err
 	}
-	if err := asyncSupports(lim); err != nil {
-		return Decision{}, err
+	if err := asyncSupports(*lim); err != nil {
+		return err
 	}
 	if l.engine.Degraded() {
-		return l.degraded(key, lim, n)
+		if l.cfg.Fallback == Conservative {
+			return l.conservative(key, lim, n, d)
+		}
+		*d, err = l.degraded(key, *lim, n)
+		return err
 	}
 	now := l.now()
-	res, err := l.engine.AllowN(now, key, lim, n)
-	switch err {
+	switch err = l.engine.Decide(now, key, lim, n, &d.Result); err {
 	case nil:
-		return Decision{Result: res, Source: Local}, nil
+		return nil // d.Source is Local, the zero value
 	case local.ErrShort:
-		return l.ask(ctx, now, key, lim, n)
+		*d, err = l.ask(ctx, now, key, *lim, n)
 	case local.ErrFaulted:
-		return l.degraded(key, lim, n) // Redis refuses this key: the fallback decides it
+		*d, err = l.degraded(key, *lim, n) // Redis refuses this key: the fallback decides it
 	}
-	return Decision{}, err
+	return err
 }
 
 // ask decides a request this node's share could not admit at now (Async):
@@ -543,9 +552,9 @@ func (l *Limiter) fleet() int {
 // reach, and for a key Redis refuses. Conservative decides in one share over
 // the fleet.
 func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
-	now := l.now()
 	switch l.cfg.Fallback {
 	case FailOpen:
+		now := l.now()
 		res, err := l.engine.AllowDegraded(now, key, lim, n)
 		if err != nil {
 			return Decision{}, err
@@ -558,7 +567,7 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		}
 		return Decision{Result: res, Source: Degraded}, nil
 	case FailClosed:
-		res, err := l.engine.AllowDegraded(now, key, lim, 0) // validates, and reports without spending
+		res, err := l.engine.AllowDegraded(l.now(), key, lim, 0) // validates, and reports without spending
 		if err != nil {
 			return Decision{}, err
 		}
@@ -566,13 +575,22 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
+	var d Decision
+	err := l.conservative(key, &lim, n, &d)
+	return d, err
+}
+
+// conservative is degraded under the Conservative fallback, deciding into
+// d (which is zero) in one share over the fleet.
+func (l *Limiter) conservative(key string, lim *Limit, n int64, d *Decision) error {
 	before := l.engine.HeavyRefused()
-	res, err := l.engine.AllowDegraded(now, key, lim, n)
+	d.Source = Degraded
+	err := l.engine.DecideDegraded(l.now(), key, lim, n, &d.Result)
 	if l.engine.HeavyRefused() != before && l.heavyLog.CompareAndSwap(false, true) {
 		l.log.Warn("hybrid: degraded: refusing requests heavier than this node's share of their limit, which every node could admit at once (counted in Stats().HeavyRefused; logged once)",
 			"key", key, "limit", lim.String(), "n", n)
 	}
-	return Decision{Result: res, Source: Degraded}, err
+	return err
 }
 
 // Close stops the limiter's background work and reports, in a last round,

@@ -96,7 +96,12 @@ func (sh *shard) at(now int64) int64 { return max(now, sh.now) }
 // on every decision costs more than the decision itself (cache misses on the
 // list neighbours), so only one in recencySample does.
 func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry, error) {
-	lim = lim.Canonical() // PerSecond(10) and PerSecond(10).WithBurst(10) are one limit
+	return sh.find(key, h, &lim, s)
+}
+
+// find is lookup with the limit read through a pointer (not kept, not
+// changed): the decision's hot path.
+func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry, error) {
 	var en *entry
 	var ok bool
 	if sh.lookups++; sh.lookups%recencySample == 0 {
@@ -104,16 +109,17 @@ func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry,
 	} else {
 		en, ok = sh.keys.Peek(key)
 	}
-	if ok && en.pol.lim == lim {
+	if ok && en.pol.is(limp) {
 		return en, nil
 	}
 	if ok && en.has(flagExtras) {
 		for _, x := range sh.extras[key] {
-			if x.pol.lim == lim {
+			if x.pol.is(limp) {
 				return x, nil
 			}
 		}
 	}
+	lim := limp.Canonical() // PerSecond(10) and PerSecond(10).WithBurst(10) are one limit
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
