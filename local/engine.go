@@ -3,9 +3,10 @@
 // lets a reconciler report what this node admitted.
 //
 // A decision touches only the key's shard: a seeded hash picks the shard, the
-// shard's lock guards an unlocked LRU (hashicorp/golang-lru's simplelru) that
-// bounds the number of keys, and the algorithm updates a few int64 words. A
-// decision on a key already present allocates nothing.
+// shard's lock guards a plain map of its keys, bounded, with a used bit per
+// key that picks which key gives way when it is full (keys.go), and the
+// algorithm updates a few int64 words. A decision on a key already present
+// allocates nothing.
 //
 // State belongs to a (key, limit) pair: one key under several limits (a
 // client under a per-second and a per-hour limit, or under several endpoint
