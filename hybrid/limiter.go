@@ -368,7 +368,7 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d
 		*d, err = l.syncAllow(ctx, key, *lim, n)
 		return err
 	}
-	if err := asyncSupports(*lim); err != nil {
+	if err := asyncSupports(lim); err != nil {
 		return err
 	}
 	if l.engine.Degraded() {
