@@ -2,8 +2,12 @@ package local
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/limit"
 )
 
 // The key table evicts the least recently used key: in the order keys came,
@@ -32,4 +36,26 @@ func TestKeyTableEvictsTheLeastRecentlyUsed(t *testing.T) {
 		_, ok := tab.Peek(k)
 		assert.True(t, ok, k)
 	}
+}
+
+// A sweep forgets a fresh key only if nothing was asked of it since the
+// sweep before, also where no spend is tracked: a key in use is not made
+// again between two of its requests.
+func TestSweepKeepsAKeyUsedSinceTheLastSweep(t *testing.T) {
+	e := newEngine(t, Config{Shards: 1})
+	lim := limit.PerSecond(1000)
+	for _, key := range []string{"busy", "idle", "busy"} {
+		_, err := e.AllowN(t0, key, lim, 1)
+		require.NoError(t, err)
+	}
+	at := t0 + int64(time.Second) // both fresh again
+	assert.Equal(t, 1, e.Sweep(at, 256), "the key not asked for since it was made")
+	assert.Equal(t, 1, e.Len())
+	_, err := e.AllowN(at, "busy", lim, 1)
+	require.NoError(t, err)
+	at += int64(time.Second)
+	assert.Zero(t, e.Sweep(at, 256), "busy was asked for since the last sweep")
+	at += int64(time.Second)
+	assert.Equal(t, 1, e.Sweep(at, 256), "and is forgotten once idle for a sweep")
+	assert.Zero(t, e.Len())
 }

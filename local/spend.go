@@ -155,7 +155,7 @@ func (e *Engine) Sweep(now int64, perShard int) int {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		t := sh.at(now)
-		for range perShard {
+		for range min(perShard, sh.keys.Len()) { // no key looked at twice in a sweep
 			key, en, ok := sh.keys.Oldest()
 			if !ok {
 				break
