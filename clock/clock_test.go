@@ -304,3 +304,20 @@ func TestOffsetNoiseIsNoStep(t *testing.T) {
 	observe(o, t0.Add(2*time.Second), time.Millisecond, 10*time.Minute)
 	assert.Zero(t, o.Steps(), "below a threshold of an hour")
 }
+
+// MapNow reads what Map of time.Now reads: between two such readings, on
+// the same monotonic clock, whatever the offset.
+func TestMapNowIsMapOfNow(t *testing.T) {
+	o := NewOffset(time.Now())
+	for i, off := range []time.Duration{0, time.Hour, -time.Hour} {
+		if i > 0 {
+			now := time.Now()
+			o.Observe(now, now.Add(off), now)
+		}
+		before := o.Map(time.Now())
+		got := o.MapNow()
+		after := o.Map(time.Now())
+		assert.LessOrEqual(t, before, got, "offset %v", off)
+		assert.LessOrEqual(t, got, after, "offset %v", off)
+	}
+}

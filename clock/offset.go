@@ -211,6 +211,13 @@ func (o *Offset) local(t time.Time) int64 { return o.baseUnix + int64(t.Sub(o.ba
 // need a value that never steps back use Now.
 func (o *Offset) Map(t time.Time) int64 { return o.local(t) + o.applied.Load() }
 
+// MapNow is Map(time.Now()), reading only the monotonic clock: the time
+// since the reading Offset was created with, which must be the real clock's
+// (it carries a monotonic reading). time.Now reads the wall clock as well,
+// which Map never uses; MapNow skips that read, about half of time.Now's
+// cost (BenchmarkMapNow). Like Map, it is lock-free and allocation-free.
+func (o *Offset) MapNow() int64 { return o.baseUnix + int64(time.Since(o.base)) + o.applied.Load() }
+
 // Now is Map with a floor: it never returns less than it returned before,
 // across all callers, but for a step (see Offset), after which it starts
 // again from Map.

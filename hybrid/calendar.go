@@ -33,13 +33,14 @@ func PerCalendar(rate int64, unit Calendar, zone string) Limit {
 // asyncSupports returns ErrUnsupported, saying why, for a limit Async mode
 // cannot decide in shares: the sliding window log (its exact log cannot be
 // merged from summaries) and calendar windows. AllowN and Reset answer with
-// it alike, so that no call on such a limit ever reaches the reconciler.
-func asyncSupports(lim Limit) error {
+// it alike, so that no call on such a limit ever reaches the reconciler. lim
+// is read, not kept: it does not escape (AllowN's copy stays on its stack).
+func asyncSupports(lim *Limit) error {
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return fmt.Errorf("%w: %v cannot run in async mode (its exact log cannot be merged from summaries): use sync or local mode", ErrUnsupported, lim.Algorithm)
 	}
 	if lim.Calendar != limit.NoCalendar {
-		return fmt.Errorf("%w: calendar windows (%v) cannot run in async mode yet: use sync or local mode", ErrUnsupported, lim)
+		return fmt.Errorf("%w: calendar windows (%v) cannot run in async mode yet: use sync or local mode", ErrUnsupported, lim.String())
 	}
 	return nil
 }

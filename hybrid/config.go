@@ -131,12 +131,12 @@ type Config struct {
 	// evicted key never comes back with a burst it had used, while the
 	// keys evicted spent within their refill time number at most MaxKeys
 	// (beyond, the records turning fresh first are forgotten and counted in
-	// Stats().EvictionsForgotten). Zero means 1,048,576. About 215 bytes of
-	// live heap a key held (keys of up to 16 bytes), and 32 more for the
-	// records once keys are evicted; a process holds up
-	// to about twice its live heap under Go's default GOGC, garbage not yet
-	// collected included: set GOMEMLIMIT to bound it (docs/benchmarks.md,
-	// "Memory: a million keys").
+	// Stats().EvictionsForgotten). Zero means 1,048,576. About 155 bytes of
+	// live heap a key held (keys of up to 16 bytes), and about 50 more once
+	// keys are evicted (the records, and the key table's queue); a process
+	// holds up to about twice its live heap under Go's default GOGC, garbage
+	// not yet collected included: set GOMEMLIMIT to bound it
+	// (docs/benchmarks.md, "Memory: a million keys").
 	MaxKeys int
 	// MaxPending bounds the keys the reconciler keeps counts for: keys
 	// reported recently, and keys with spend Redis has not acknowledged

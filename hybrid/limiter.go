@@ -55,6 +55,10 @@ type Limiter struct {
 
 	faults     faultState
 	startNodes atomic.Int64 // nodes in the fleet at first contact, until a round says
+
+	// realClock: the clock is clock.Real, and the offset's base a reading of
+	// it, so now reads the monotonic clock alone (Offset.MapNow).
+	realClock bool
 }
 
 // reconciler is what both modes' reconcilers do for the limiter.
@@ -87,6 +91,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg, mode: mode, clock: cfg.Clock, offset: clock.NewOffset(cfg.Clock.Now()), engine: engine, log: cfg.Logger,
 		lostKeys: make(map[string]struct{})}
+	_, l.realClock = cfg.Clock.(clock.Real)
 	ctx, stop := context.WithCancel(context.Background())
 	l.stop = stop
 	if mode == LocalOnly {
@@ -310,7 +315,12 @@ func (l *Limiter) Degraded() bool { return l.engine.Degraded() }
 
 // now is the limiter's time for a decision: this node's clock mapped onto
 // Redis's, in Unix ns.
-func (l *Limiter) now() int64 { return l.offset.Map(l.clock.Now()) }
+func (l *Limiter) now() int64 {
+	if l.realClock {
+		return l.offset.MapNow()
+	}
+	return l.offset.Map(l.clock.Now())
+}
 
 // Now returns the limiter's clock, aligned to Redis server TIME once the
 // first round has measured the offset, and never going backwards: what
@@ -334,43 +344,52 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // not count against Redis in the breaker. A key whose Redis value is of
 // another type is decided under the Fallback too (and counted in
 // Stats.Faults). The Async and LocalOnly paths never block and ignore ctx.
-func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
-	d, err := l.allowN(ctx, key, lim, n)
-	if err == local.ErrSealed {
+func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (d Decision, err error) {
+	if err = l.allowN(ctx, key, &lim, n, &d); err == local.ErrSealed {
 		return Decision{}, ErrClosed // Close began after the check below
 	}
 	return d, err
 }
 
-func (l *Limiter) allowN(ctx context.Context, key string, lim Limit, n int64) (Decision, error) {
+// allowN decides into d, which is zero. The limit and the decision travel by
+// pointer down the paths that decide from memory (LocalOnly, Async with room,
+// degraded under Conservative): copied through each call, they cost more
+// than the decision itself. lim is AllowN's copy: it is made canonical in
+// place.
+func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d *Decision) (err error) {
 	if l.closed.Load() {
-		return Decision{}, ErrClosed
+		return ErrClosed
 	}
-	lim = lim.Canonical()
+	if lim.Burst == lim.Rate && lim.Algorithm.IsBucket() {
+		lim.Burst = 0 // lim.Canonical(), without the copies
+	}
 	switch l.mode {
 	case LocalOnly:
-		res, err := l.engine.AllowN(l.now(), key, lim, n)
-		return Decision{Result: res, Source: Local}, err
+		return l.engine.Decide(l.now(), key, lim, n, &d.Result) // d.Source is Local, the zero value
 	case Sync:
-		return l.syncAllow(ctx, key, lim, n)
+		*d, err = l.syncAllow(ctx, key, *lim, n)
+		return err
 	}
 	if err := asyncSupports(lim); err != nil {
-		return Decision{}, err
+		return err
 	}
 	if l.engine.Degraded() {
-		return l.degraded(key, lim, n)
+		if l.cfg.Fallback == Conservative {
+			return l.conservative(key, lim, n, d)
+		}
+		*d, err = l.degraded(key, *lim, n)
+		return err
 	}
 	now := l.now()
-	res, err := l.engine.AllowN(now, key, lim, n)
-	switch err {
+	switch err = l.engine.Decide(now, key, lim, n, &d.Result); err {
 	case nil:
-		return Decision{Result: res, Source: Local}, nil
+		return nil // d.Source is Local, the zero value
 	case local.ErrShort:
-		return l.ask(ctx, now, key, lim, n)
+		*d, err = l.ask(ctx, now, key, *lim, n)
 	case local.ErrFaulted:
-		return l.degraded(key, lim, n) // Redis refuses this key: the fallback decides it
+		*d, err = l.degraded(key, *lim, n) // Redis refuses this key: the fallback decides it
 	}
-	return Decision{}, err
+	return err
 }
 
 // ask decides a request this node's share could not admit at now (Async):
@@ -550,9 +569,9 @@ func (l *Limiter) fleet() int {
 // reach, and for a key Redis refuses. Conservative decides in one share over
 // the fleet.
 func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
-	now := l.now()
 	switch l.cfg.Fallback {
 	case FailOpen:
+		now := l.now()
 		res, err := l.engine.AllowDegraded(now, key, lim, n)
 		if err != nil {
 			return Decision{}, err
@@ -565,7 +584,7 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		}
 		return Decision{Result: res, Source: Degraded}, nil
 	case FailClosed:
-		res, err := l.engine.AllowDegraded(now, key, lim, 0) // validates, and reports without spending
+		res, err := l.engine.AllowDegraded(l.now(), key, lim, 0) // validates, and reports without spending
 		if err != nil {
 			return Decision{}, err
 		}
@@ -573,13 +592,22 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
+	var d Decision
+	err := l.conservative(key, &lim, n, &d)
+	return d, err
+}
+
+// conservative is degraded under the Conservative fallback, deciding into
+// d (which is zero) in one share over the fleet.
+func (l *Limiter) conservative(key string, lim *Limit, n int64, d *Decision) error {
 	before := l.engine.HeavyRefused()
-	res, err := l.engine.AllowDegraded(now, key, lim, n)
+	d.Source = Degraded
+	err := l.engine.DecideDegraded(l.now(), key, lim, n, &d.Result)
 	if l.engine.HeavyRefused() != before && l.heavyLog.CompareAndSwap(false, true) {
 		l.log.Warn("hybrid: degraded: refusing requests heavier than this node's share of their limit, which every node could admit at once (counted in Stats().HeavyRefused; logged once)",
 			"key", key, "limit", lim.String(), "n", n)
 	}
-	return Decision{Result: res, Source: Degraded}, err
+	return err
 }
 
 // Close stops the limiter's background work and reports, in a last round,

@@ -64,7 +64,7 @@ func (l *Limiter) peekN(ctx context.Context, key string, lim Limit, n int64) (De
 	case Sync:
 		return l.syncPeek(ctx, key, lim, n)
 	}
-	if err := asyncSupports(lim); err != nil {
+	if err := asyncSupports(&lim); err != nil {
 		return Decision{}, err
 	}
 	if l.engine.Degraded() {

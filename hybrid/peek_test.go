@@ -33,7 +33,7 @@ func peekLimits() []Limit {
 func asyncLimits() []Limit {
 	var out []Limit
 	for _, lim := range peekLimits() {
-		if asyncSupports(lim) == nil {
+		if asyncSupports(&lim) == nil {
 			out = append(out, lim)
 		}
 	}

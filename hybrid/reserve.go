@@ -231,7 +231,7 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limit, n int64, m
 // the key refuses it until the fleet has room (RetryAfter), and WaitN tries
 // again then.
 func (l *Limiter) asyncReserve(ctx context.Context, r *Reservation, maxWait time.Duration) (*Reservation, error) {
-	if err := asyncSupports(r.lim); err != nil {
+	if err := asyncSupports(&r.lim); err != nil {
 		return nil, err
 	}
 	now := l.now()

@@ -55,7 +55,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, lim Limit) error {
 		l.engine.Forget(key, lim)
 		return nil
 	}
-	if err := asyncSupports(lim); err != nil {
+	c := lim // a copy to check: the closures below keep lim, which taking its address would move to the heap
+	if err := asyncSupports(&c); err != nil {
 		return err // nothing of it is in Redis, and the reconciler could never report it
 	}
 	at, err := l.resetCall(ctx, key, func(ctx context.Context) (int64, error) {

@@ -3,9 +3,10 @@
 // lets a reconciler report what this node admitted.
 //
 // A decision touches only the key's shard: a seeded hash picks the shard, the
-// shard's lock guards an unlocked LRU (hashicorp/golang-lru's simplelru) that
-// bounds the number of keys, and the algorithm updates a few int64 words. A
-// decision on a key already present allocates nothing.
+// shard's lock guards a plain map of its keys, bounded, with a used bit per
+// key that picks which key gives way when it is full (keys.go), and the
+// algorithm updates a few int64 words. A decision on a key already present
+// allocates nothing.
 //
 // State belongs to a (key, limit) pair: one key under several limits (a
 // client under a per-second and a per-hour limit, or under several endpoint
@@ -210,24 +211,42 @@ func (e *Engine) AllowDegraded(now int64, key string, lim limit.Limit, n int64) 
 	return e.decide(now, key, lim, n, true)
 }
 
+// Decide is AllowN for the hot path: the limit is read through a pointer
+// (neither kept nor changed) and the result written to res, which is left
+// as it is on an error. A Limit and a Result copied through each call cost
+// more than the decision.
+func (e *Engine) Decide(now int64, key string, lim *limit.Limit, n int64, res *limit.Result) error {
+	return e.decideTo(now, key, lim, n, false, res)
+}
+
+// DecideDegraded is AllowDegraded as Decide is AllowN.
+func (e *Engine) DecideDegraded(now int64, key string, lim *limit.Limit, n int64, res *limit.Result) error {
+	return e.decideTo(now, key, lim, n, true, res)
+}
+
 func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degraded bool) (res limit.Result, err error) {
+	err = e.decideTo(now, key, &lim, n, degraded, &res)
+	return res, err
+}
+
+func (e *Engine) decideTo(now int64, key string, lim *limit.Limit, n int64, degraded bool, res *limit.Result) error {
 	if err := limit.CheckKey(key); err != nil {
-		return res, err
+		return err
 	}
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
 	if sh.sealed {
 		sh.mu.Unlock()
-		return res, ErrSealed
+		return ErrSealed
 	}
-	en, err := sh.lookup(key, h, lim, Share(e.newKey.Load()))
+	en, err := sh.find(key, h, lim, Share(e.newKey.Load()))
 	if err == nil {
 		err = en.pol.checkN(n)
 	}
 	if err != nil {
 		sh.mu.Unlock()
-		return res, err
+		return err
 	}
 	now = sh.clamp(now)
 	degraded = degraded || e.degraded.Load()
@@ -244,7 +263,7 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	}
 	if !degraded && e.track && en.has(flagFault) {
 		sh.mu.Unlock()
-		return res, ErrFaulted
+		return ErrFaulted
 	}
 	p := en.pol
 	if !degraded && e.asks && n > 0 {
@@ -253,10 +272,10 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 		}
 		if e.short(en, p, n, now) {
 			sh.mu.Unlock()
-			return res, ErrShort
+			return ErrShort
 		}
 	}
-	res.Limit = p.lim
+	*res = limit.Result{Limit: p.lim}
 	weight := n
 	if degraded && n > 0 && heavy(p, n, en.share) {
 		// Every node decides in its share, alone: a request heavier than it
@@ -269,22 +288,22 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 	switch p.lim.Algorithm {
 	case limit.TokenBucket:
 		full := en.st[0] <= now
-		tokenBucket(&res, &en.st, now, p, weight, en.share)
+		tokenBucket(res, &en.st, now, p, weight, en.share)
 		if e.asks && res.Allowed && weight > 0 {
 			shadowAdmit(en, p, weight, now, full)
 		} else if e.asks && full {
 			en.ex, en.exSince = now, now
 		}
 	case limit.LeakyBucket:
-		leakyMeter(&res, &en.st, now, p, weight, en.share)
+		leakyMeter(res, &en.st, now, p, weight, en.share)
 	case limit.FixedWindow:
 		sh.rollWindow(key, en, now)
-		fixedWindow(&res, &en.st, now, p, weight, en.share)
+		fixedWindow(res, &en.st, now, p, weight, en.share)
 	case limit.SlidingWindowCounter:
 		sh.rollWindow(key, en, now)
-		slidingCounter(&res, &en.st, now, p, weight, en.share)
+		slidingCounter(res, &en.st, now, p, weight, en.share)
 	case limit.SlidingWindowLog:
-		slidingLog(&res, &en.st, sh.logOf(en), now, p, weight, en.share)
+		slidingLog(res, &en.st, sh.logOf(en), now, p, weight, en.share)
 	}
 	if weight != n {
 		res.Allowed = false
@@ -303,7 +322,7 @@ func (e *Engine) decide(now int64, key string, lim limit.Limit, n int64, degrade
 		}
 	}
 	sh.mu.Unlock()
-	return res, nil
+	return nil
 }
 
 // shadowAdmit counts an admission of weight n at now in a token bucket's

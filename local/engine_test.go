@@ -469,3 +469,21 @@ func TestDueListStaysBoundedWithoutTakes(t *testing.T) {
 	assert.LessOrEqual(t, due, len(e.shards)*(2*64+dueKeep), "bounded by the keys held")
 	assert.Less(t, due, 20_000)
 }
+
+// A policy is its limit in every form that names the same state: the
+// decision compares through a pointer what Canonical would have copied.
+func TestPolicyIsItsLimitInEveryForm(t *testing.T) {
+	limits := []limit.Limit{
+		limit.PerSecond(10), limit.PerSecond(10).WithBurst(10), limit.PerSecond(10).WithBurst(5), limit.PerSecond(10).WithBurst(20),
+		limit.PerSecond(10).WithAlgorithm(limit.LeakyBucket), limit.PerSecond(10).WithBurst(10).WithAlgorithm(limit.LeakyBucket),
+		limit.PerSecond(10).WithAlgorithm(limit.FixedWindow), limit.PerSecond(10).WithBurst(10).WithAlgorithm(limit.FixedWindow),
+		limit.PerSecond(10).WithAlgorithm(limit.SlidingWindowCounter), limit.PerMinute(10), limit.Per(10, 2*time.Second),
+		limit.PerCalendar(10, limit.Day, ""), limit.PerCalendar(10, limit.Day, "Europe/Paris"), limit.PerCalendar(10, limit.Month, "Europe/Paris"),
+	}
+	for _, a := range limits {
+		p := &policy{lim: a.Canonical()}
+		for _, b := range limits {
+			assert.Equal(t, a.Canonical() == b.Canonical(), p.is(&b), "%v is %v", a, b)
+		}
+	}
+}

@@ -3,8 +3,8 @@ package local
 import "github.com/hybridlimit/hybridlimit/limit"
 
 // entry is one (key, limit)'s state. It is 64 bytes, one allocation size
-// class, which with the LRU's own element and map slot makes a key cost
-// about 215 bytes (docs/benchmarks.md, "Memory: a million keys"); do not
+// class, which with its key's map slot and place in the key table's queue
+// makes a key cost about 155 bytes (docs/benchmarks.md, "Memory: a million keys"); do not
 // grow it without measuring (BenchmarkMemoryPerKey,
 // TestMemoryPerKeyUnderAFlood).
 type entry struct {
@@ -28,11 +28,13 @@ const (
 	flagPressure  = 1 << 1 // a request was denied or needed Redis since the last take
 	flagDegraded  = 1 << 2 // spent while degraded since the last take
 	flagFault     = 1 << 3 // Redis refuses this key's state (a key of another type): decide under the fallback
-	flagExtra     = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the LRU
-	flagExtras    = 1 << 5 // the key has extras (set on the LRU's entry)
+	flagExtra     = 1 << 4 // a second (or later) limit on its key: held in the shard's extras, not the key table
+	flagExtras    = 1 << 5 // the key has extras (set on the key table's entry)
 	flagContested = 1 << 6 // the key is contested: its share is the reconciler's to set, not the fleet's even split
 	flagEmpty     = 1 << 7 // contested, and this node holds none of it (Asks mode): every request is short
 	flagOwed      = 1 << 8 // admitted while degraded in a share the store does not account (Asks mode): report it
+
+	flagUsed = 1 << 15 // looked up since a scan of its shard's keys last passed it (keyTable); on a key's first entry
 )
 
 func (en *entry) has(f uint16) bool { return en.flags&f != 0 }

@@ -7,7 +7,7 @@ import "github.com/hybridlimit/hybridlimit/limit"
 // of the key's state taken under the shard's lock, so it cannot drift from
 // the decision it reports; the copy is dropped. It creates no entry for a
 // key the engine does not hold (so it evicts nothing), leaves the key's
-// place in the LRU as it is, does not advance the shard's clock, rolls no
+// used bit as it is (keys.go), does not advance the shard's clock, rolls no
 // window (its spend stays where the reconciler will find it) and records no
 // demand.
 

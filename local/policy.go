@@ -40,6 +40,20 @@ func newPolicy(lim limit.Limit, zones *limit.Zones) (*policy, error) {
 	return p, nil
 }
 
+// is reports whether p is the policy of lim, in its canonical form or not
+// (a bucket's Burst equal to its Rate is the same limit as Burst zero):
+// p.lim == lim.Canonical(), without copying lim.
+func (p *policy) is(lim *limit.Limit) bool {
+	q := &p.lim
+	if q.Rate != lim.Rate || q.Period != lim.Period || q.Algorithm != lim.Algorithm {
+		return false
+	}
+	if q.Burst != lim.Burst && (q.Burst != 0 || lim.Burst != lim.Rate || !lim.Algorithm.IsBucket()) {
+		return false
+	}
+	return q.Calendar == lim.Calendar && q.Zone == lim.Zone
+}
+
 // checkN reports whether n is a weight p can ever admit.
 func (p *policy) checkN(n int64) error {
 	if n < 0 || n > p.capacity {

@@ -40,7 +40,7 @@ func (e *Engine) Rewind(now int64) int {
 // now, back to now. It runs under sh.mu.
 func (sh *shard) rewind(now int64) {
 	sh.now = now
-	for _, en := range sh.keys.Values() {
+	for _, en := range sh.keys.m {
 		sh.rewindEntry(en, now)
 	}
 	for _, xs := range sh.extras {

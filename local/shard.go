@@ -4,16 +4,8 @@ import (
 	"strings"
 	"sync"
 
-	lru "github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"github.com/hybridlimit/hybridlimit/limit"
 )
-
-// recencySample is how often a lookup refreshes the key's place in the LRU:
-// one lookup in recencySample per shard moves its key to the front. A key in
-// use is refreshed all but surely (after k uses the odds it never was are
-// (7/8)^k), at an eighth of the cost of moving on every decision.
-const recencySample = 8
 
 // maxInternedPolicies bounds each shard's table of distinct limits; beyond it
 // an entry gets a policy of its own rather than growing the table forever.
@@ -32,18 +24,17 @@ type dueRef struct {
 	en  *entry
 }
 
-// shard is one lock's worth of keys: an unlocked LRU under the shard's own
+// shard is one lock's worth of keys: a keyTable under the shard's own
 // lock, padded so that neighbouring shards' locks do not share a cache line.
 //
-// A key's first limit lives in the LRU; further limits on the same key live
-// in extras and follow their key's LRU entry (recency, eviction).
+// A key's first limit lives in the table; further limits on the same key
+// live in extras and follow their key's entry (recency, eviction).
 type shard struct {
 	mu       sync.Mutex
-	now      int64  // the latest time seen: the shard's clock never goes back
-	lookups  uint32 // counts lookups, to sample which ones refresh recency
-	sealed   bool   // no more decisions: the engine is being flushed for good
+	now      int64 // the latest time seen: the shard's clock never goes back
+	sealed   bool  // no more decisions: the engine is being flushed for good
 	e        *Engine
-	keys     *lru.LRU[string, *entry]
+	keys     *keyTable
 	extras   map[string][]*entry
 	policies map[limit.Limit]*policy
 	due      []dueRef     // entries for the reconciler's next take
@@ -64,9 +55,8 @@ func (sh *shard) init(e *Engine, size, evicted int, zones *limit.Zones) error {
 	sh.policies = make(map[limit.Limit]*policy)
 	sh.extras = make(map[string][]*entry)
 	sh.maxOrph = max(size, 64)
-	keys, err := lru.NewLRU(size, sh.evicted)
-	sh.keys = keys
-	return err
+	sh.keys = newKeyTable(size, sh.evicted)
+	return nil
 }
 
 // clamp returns now, or the shard's latest time if now is earlier, and
@@ -90,30 +80,26 @@ func (sh *shard) at(now int64) int64 { return max(now, sh.now) }
 // A new entry starts fresh, unless the records of evicted keys say the key
 // was evicted before it was fresh: then it starts as spent as the record
 // bounds it. lim is validated whenever a new entry is made. h is the key's
-// hash.
-//
-// Most lookups peek rather than get: moving the key to the front of the LRU
-// on every decision costs more than the decision itself (cache misses on the
-// list neighbours), so only one in recencySample does.
+// hash. It marks the key used (keyTable).
 func (sh *shard) lookup(key string, h uint64, lim limit.Limit, s Share) (*entry, error) {
-	lim = lim.Canonical() // PerSecond(10) and PerSecond(10).WithBurst(10) are one limit
-	var en *entry
-	var ok bool
-	if sh.lookups++; sh.lookups%recencySample == 0 {
-		en, ok = sh.keys.Get(key)
-	} else {
-		en, ok = sh.keys.Peek(key)
-	}
-	if ok && en.pol.lim == lim {
+	return sh.find(key, h, &lim, s)
+}
+
+// find is lookup with the limit read through a pointer (not kept, not
+// changed): the decision's hot path.
+func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry, error) {
+	en, ok := sh.keys.Get(key)
+	if ok && en.pol.is(limp) {
 		return en, nil
 	}
 	if ok && en.has(flagExtras) {
 		for _, x := range sh.extras[key] {
-			if x.pol.lim == lim {
+			if x.pol.is(limp) {
 				return x, nil
 			}
 		}
 	}
+	lim := limp.Canonical() // PerSecond(10) and PerSecond(10).WithBurst(10) are one limit
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
@@ -396,8 +382,8 @@ func (sh *shard) drop(key string, en *entry) {
 	sh.e.keys.Add(-1)
 }
 
-// evicted is the LRU's eviction callback, run under the shard's lock: the
-// key and every extra limit it holds are dropped.
+// evicted is the key table's eviction callback, run under the shard's lock:
+// the key and every extra limit it holds are dropped.
 func (sh *shard) evicted(key string, en *entry) {
 	if en.has(flagExtras) {
 		for _, x := range sh.extras[key] {

@@ -78,8 +78,7 @@ func (e *Engine) TakeSpend(dst []Spend) []Spend {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		t := sh.now
-		for _, key := range sh.keys.Keys() {
-			en, _ := sh.keys.Peek(key)
+		for key, en := range sh.keys.m {
 			if en.spent != 0 || en.hits != 0 {
 				dst = e.take(dst, key, en, t)
 			}
@@ -156,9 +155,16 @@ func (e *Engine) Sweep(now int64, perShard int) int {
 		sh := &e.shards[i]
 		sh.mu.Lock()
 		t := sh.at(now)
-		for range perShard {
-			key, en, ok := sh.keys.GetOldest()
-			if !ok || en.has(flagDue|flagContested|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {
+		for range min(perShard, sh.keys.Len()) { // no key looked at twice in a sweep
+			key, en, ok := sh.keys.Oldest()
+			if !ok {
+				break
+			}
+			if en.has(flagUsed) {
+				sh.keys.Requeue() // used since its last pass: not the least recently used
+				continue
+			}
+			if en.has(flagDue|flagContested|flagFault) || !sh.fresh(en, t) || !sh.extrasFresh(key, en, t) {
 				break
 			}
 			if !e.keepOrphans && sh.usedSince(key, en) {

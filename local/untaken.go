@@ -11,7 +11,7 @@ func (e *Engine) Untaken() int {
 	for i := range e.shards {
 		sh := &e.shards[i]
 		sh.mu.Lock()
-		for _, en := range sh.keys.Values() {
+		for _, en := range sh.keys.m {
 			if en.spent != 0 || en.hits != 0 {
 				n++
 			}
