@@ -216,12 +216,12 @@ func TestFloodOfNewKeysLeavesAHotKeyAlone(t *testing.T) {
 	assert.LessOrEqual(t, float64(total), bound, "the hot key over the run")
 	// Every second but the last against the bound over a second; the
 	// last holds the decisions made after run too (took - run more).
-	for _, w := range secondsOf(tl) {
+	for _, w := range tl.Windows(time.Second) {
 		b := bound1
-		if w.last {
+		if w.Last {
 			b = fleetsim.AsyncBound(rate, burst, interval, 10*time.Millisecond, 2, time.Second+max(took-run, 0))
 		}
-		assert.LessOrEqual(t, float64(w.admitted), b, "the hot key over the second from %v", w.at)
+		assert.LessOrEqual(t, float64(w.Admitted), b, "the hot key over the second from %v", w.At)
 	}
 	assert.Greater(t, float64(flood.Load())/took.Seconds(), floodRate()/10, "a flood")
 	assert.Less(t, rounds[len(rounds)-1], 30*time.Second, "no round hangs")
@@ -361,30 +361,4 @@ func memoryThroughAnOutage(t *testing.T, ledger bool) {
 		assert.NoError(t, closeErr)
 	}
 	target(t, peak <= budget, "the heap through a %v outage under a flood stays within the documented budget: peak %s, budget %s", outage, mib(peak), mib(budget))
-}
-
-// second is what a timeline's fleet admitted over one second from at; last
-// marks the second that ends with the timeline's last bucket.
-type second struct {
-	at       time.Duration
-	admitted int
-	last     bool
-}
-
-// secondsOf returns every second of tl, sliding bucket by bucket.
-func secondsOf(tl *fleetsim.Timeline) []second {
-	k := max(int(time.Second/tl.Bucket), 1)
-	fleet := tl.Fleet()
-	var out []second
-	sum := 0
-	for b := range fleet {
-		sum += fleet[b].Admitted
-		if b >= k {
-			sum -= fleet[b-k].Admitted
-		}
-		if b >= k-1 {
-			out = append(out, second{at: time.Duration(b-k+1) * tl.Bucket, admitted: sum, last: b == len(fleet)-1})
-		}
-	}
-	return out
 }

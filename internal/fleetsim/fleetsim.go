@@ -264,19 +264,41 @@ func (tl *Timeline) Total() Bucket {
 	return out
 }
 
-// MaxWindow returns the most the fleet admitted within any window of w
-// (rounded to whole buckets), sliding bucket by bucket, and where it began.
-func (tl *Timeline) MaxWindow(w time.Duration) (admitted int, at time.Duration) {
+// Window is what the fleet admitted within one window of a timeline,
+// from At; Last marks the window that ends with the timeline's last bucket
+// (which also holds decisions made after the run's end on a loaded
+// machine).
+type Window struct {
+	At       time.Duration
+	Admitted int
+	Last     bool
+}
+
+// Windows returns every window of w (rounded to whole buckets), sliding
+// bucket by bucket.
+func (tl *Timeline) Windows(w time.Duration) []Window {
 	k := max(int(w/tl.Bucket), 1)
 	fleet := tl.Fleet()
+	var out []Window
 	sum := 0
 	for b := range fleet {
 		sum += fleet[b].Admitted
 		if b >= k {
 			sum -= fleet[b-k].Admitted
 		}
-		if b >= k-1 && sum > admitted {
-			admitted, at = sum, time.Duration(b-k+1)*tl.Bucket
+		if b >= k-1 {
+			out = append(out, Window{At: time.Duration(b-k+1) * tl.Bucket, Admitted: sum, Last: b == len(fleet)-1})
+		}
+	}
+	return out
+}
+
+// MaxWindow returns the most the fleet admitted within any window of w
+// (rounded to whole buckets), sliding bucket by bucket, and where it began.
+func (tl *Timeline) MaxWindow(w time.Duration) (admitted int, at time.Duration) {
+	for _, x := range tl.Windows(w) {
+		if x.Admitted > admitted {
+			admitted, at = x.Admitted, x.At
 		}
 	}
 	return admitted, at
