@@ -57,7 +57,8 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "%6s %8s %9s %8s %7s %7s %9s  %s\n", "second", "offered", "admitted", "limited", "local", "remote", "degraded", "nodes degraded")
 
 	events := make(chan string, 4)
-	if be.addr != "" && *downAt > 0 {
+	outaged := be.addr != "" && *downAt > 0
+	if outaged {
 		go outage(ctx, be, *downAt, *upAt, events)
 	}
 	_, err = fleetsim.Drive(ctx, fleet.deciders(), fleetsim.Run{
@@ -78,9 +79,41 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
+	if outaged && *upAt < *duration {
+		reportRecovery(ctx, fleet, events, out)
+	}
 	fmt.Fprintf(out, "\nThe limit allows %d per second (and a burst of %d): ", *rate, *burst)
 	fmt.Fprintln(out, "while Redis is away each node enforces its share, so the fleet stays near the limit.")
 	return ctx.Err()
+}
+
+// reportRecovery tells whether every node is back on Redis. A node whose
+// breaker is still waiting to probe when the table ends (or whose probes a
+// busy machine slowed past RedisTimeout) is given up to recoveryGrace
+// more, and the wait is shown, so the demo always ends by saying how the
+// fleet came back rather than on a row caught mid-recovery.
+func reportRecovery(ctx context.Context, f *fleet, events <-chan string, out io.Writer) {
+	ended := time.Now()
+	for f.degraded() > 0 && time.Since(ended) < recoveryGrace && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for drained := false; !drained; {
+		select {
+		case e := <-events:
+			fmt.Fprintf(out, "-- %s\n", e)
+		default:
+			drained = true
+		}
+	}
+	waited := ""
+	if w := time.Since(ended); w >= 20*time.Millisecond {
+		waited = fmt.Sprintf(", %v after the table ended", w.Round(10*time.Millisecond))
+	}
+	if n := f.degraded(); n > 0 {
+		fmt.Fprintf(out, "-- %d of %d nodes still degraded%s\n", n, len(f.nodes), waited)
+		return
+	}
+	fmt.Fprintf(out, "-- every node is back on Redis%s\n", waited)
 }
 
 // outage takes Redis away at down and brings it back at up, telling events.

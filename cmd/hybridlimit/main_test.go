@@ -41,12 +41,12 @@ func TestDemoShowsLimitedAndDegradedDecisions(t *testing.T) {
 	text := out.String()
 	assert.Contains(t, text, "Redis is gone")
 	assert.Contains(t, text, "Redis is back")
-	// The last second's row counts the nodes still degraded when it was
-	// printed; the fourth's, while Redis was away, all of them. A node whose
-	// probes a starved machine made time out may still be degraded two
-	// seconds after Redis returned, so the check is that the fleet is on its
-	// way back (fewer nodes degraded than during the outage), not a time.
-	limited, degraded, outageNodes, lastNodes := 0, 0, -1, -1
+	// The fourth second's row, while Redis was away, counts the nodes
+	// degraded. Recovery is judged by the demo's last line, which waits (up
+	// to recoveryGrace) for every node to come back: a starved machine can
+	// restart Redis late and time probes out, so the table's last row may
+	// be caught mid-recovery.
+	limited, degraded, outageNodes := 0, 0, -1
 	for _, line := range strings.Split(text, "\n") {
 		m := row.FindStringSubmatch(line)
 		if m == nil {
@@ -55,18 +55,14 @@ func TestDemoShowsLimitedAndDegradedDecisions(t *testing.T) {
 		n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 		limited += n(4)
 		degraded += n(7)
-		switch n(1) {
-		case 4:
+		if n(1) == 4 {
 			outageNodes = n(8)
-		case 6:
-			lastNodes = n(8)
 		}
 	}
 	assert.Positive(t, limited, "limited decisions:\n%s", text)
 	assert.Positive(t, degraded, "degraded decisions:\n%s", text)
 	assert.Positive(t, outageNodes, "nodes degraded while Redis was away:\n%s", text)
-	assert.GreaterOrEqual(t, lastNodes, 0, "a row for the last second:\n%s", text)
-	assert.Less(t, lastNodes, outageNodes, "fewer nodes degraded once Redis is back:\n%s", text)
+	assert.Regexp(t, `(?m)^-- every node is back on Redis(, .* after the table ended)?$`, text, "every node recovered:\n%s", text)
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
