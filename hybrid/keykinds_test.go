@@ -165,6 +165,7 @@ return t`, 1, k)
 func TestEveryKeyKindsWrongTypeIsLoggedAndCounted(t *testing.T) {
 	for _, mode := range []Mode{Sync, Async} {
 		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel() // each mode its own redis-server; most of the time is spent waiting for keys to appear
 			srv := redistest.Start(t)
 			discover := startKeyKindRun(t, srv, mode)
 			// Every kind seen while the nodes run (their heartbeats too),

@@ -264,6 +264,7 @@ func TestShapeEvictedKeyNeverComesBackFull(t *testing.T) {
 func TestShapeCompliantAfterAnOutage(t *testing.T) {
 	for _, fault := range []string{"kill", "stop"} {
 		t.Run(fault, func(t *testing.T) {
+			t.Parallel() // each its own redis-server; 200 requests a second leave the machine idle
 			srv := redistest.Start(t)
 			lim := hybrid.PerSecond(1000)
 			nodes := shapeFleet(t, srv, 4, hybrid.Config{Prefix: "c:", BreakerOpenFor: 200 * time.Millisecond})
