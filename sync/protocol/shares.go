@@ -121,8 +121,13 @@ type Shares struct {
 	eng *local.Engine
 	log *slog.Logger
 
-	mu      sync.Mutex
-	keys    map[keyLim]*keyState
+	mu   sync.Mutex
+	keys map[keyLim]*keyState
+	// order holds the keys in the order they were made (and, until Tick
+	// sweeps them out, some forgotten since): Tick and Leave visit them
+	// in a fixed order (the simulation replays exactly) without sorting
+	// every key each tick.
+	order   []*keyState
 	queue   []*keyState // keys with an op to send
 	queued  map[*keyState]bool
 	calls   []share.Contest // registry entries to send with the next beat
@@ -239,6 +244,7 @@ func (s *Shares) state(kl keyLim, make bool) *keyState {
 		}
 		ks = &keyState{kl: kl, params: p}
 		s.keys[kl] = ks
+		s.order = append(s.order, ks)
 	}
 	return ks
 }
@@ -941,7 +947,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 			s.enqueue(ks, wantMore) // its demand outruns its share's refill
 		}
 	}
-	for _, ks := range s.sortedKeys() {
+	for _, ks := range s.orderedKeys() {
 		for _, w := range ks.waiters {
 			end := w.deadline
 			if ks.op != nil && !ks.retry {
@@ -1006,20 +1012,12 @@ func (s *Shares) Tick(now int64) (next int64) {
 	return share.Nanos(wake)
 }
 
-// sortedKeys returns the keys held, in a fixed order (the simulation
-// replays exactly). s.mu is held.
-func (s *Shares) sortedKeys() []*keyState {
-	out := make([]*keyState, 0, len(s.keys))
-	for _, ks := range s.keys {
-		out = append(out, ks)
-	}
-	slices.SortFunc(out, func(a, b *keyState) int {
-		if c := cmp.Compare(a.kl.key, b.kl.key); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.kl.lim.String(), b.kl.lim.String())
-	})
-	return out
+// orderedKeys returns the keys held, in the order they were made, having
+// swept out those forgotten since the last call. Keys made while the
+// caller ranges over the result are not in it. s.mu is held.
+func (s *Shares) orderedKeys() []*keyState {
+	s.order = slices.DeleteFunc(s.order, func(ks *keyState) bool { return s.keys[ks.kl] != ks })
+	return s.order
 }
 
 // ---------------------------------------------------------------------------
@@ -1119,7 +1117,7 @@ func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
 func (s *Shares) Leave() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, ks := range s.sortedKeys() {
+	for _, ks := range s.orderedKeys() {
 		release(ks, Unreachable, 0)
 		if ks.phase == phaseHeld && (ks.grant > 0 || ks.op != nil) {
 			s.enqueue(ks, wantLeave)
