@@ -422,10 +422,13 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			}
 		}
 	}
-	if reply.Outcome == share.Done && op.Need > 0 && h.Pool > growth {
-		if alone(h, node) {
-			// Nobody else holds any of it: all of it here, one bucket
-			// holding the whole limit, exactly as one exact limiter would.
+	// Nobody else holds any of it, nor asked for any within a lease: all
+	// of it here, one bucket holding the whole limit, exactly as one exact
+	// limiter would; with no room too (the node then refuses alone, exactly,
+	// until its own refill). The key's demand has a home.
+	lone := alone(h, node) && (reply.Outcome == share.Done || !askedElsewhere(h, node, now-set.Lease))
+	if op.Need > 0 && h.Pool > growth && (reply.Outcome == share.Done || reply.Outcome == share.NoRoom && lone) {
+		if lone {
 			growth = h.Pool
 		} else if op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
@@ -567,6 +570,18 @@ func alone(h *Hash, node string) bool {
 		}
 	}
 	return h.Joins == 0 && h.Unknown == 0
+}
+
+// askedElsewhere reports whether a node but node asked for room on h after
+// since (µs): its last op then was served, grew, or was told to wait or that
+// there was no room. The key has demand elsewhere.
+func askedElsewhere(h *Hash, node string, since int64) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.GrowthAt > since && (rec.Served > 0 || rec.Growth > 0 || rec.Outcome != share.Done) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxFails bounds the doubling of the quiet time after failed calls.

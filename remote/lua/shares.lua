@@ -267,6 +267,17 @@ local function others(h, id)
   return h.held > 0
 end
 
+-- askedElsewhere reports whether a node but id asked for room on h within
+-- a lease: its last op then was served, grew, or was told to wait or that
+-- there was no room. The key has demand elsewhere. It reads every record.
+local function askedElsewhere(h, id)
+  all(h)
+  for rid, r in pairs(h.recs) do
+    if rid ~= id and r.growthAt > now - LEASE and (r.served > 0 or r.growth > 0 or r.outcome ~= DONE) then return true end
+  end
+  return false
+end
+
 local function untilOf(p, g, w, x)
   local t = when(p, g, w, x, now)
   if t >= 0 then
@@ -599,10 +610,14 @@ local function apply(k, p, op)
       end
     end
   end
-  if r.outcome == DONE and op.need > 0 and h.pool > growth then
-    if not others(h, node) and h.joins == 0 and h.unknown == 0 then
+  -- Nobody else holds any of it, nor asked for any within a lease: all of
+  -- it here, one bucket holding the whole limit as one exact limiter would;
+  -- with no room too (the node then refuses alone, exactly, until its own
+  -- refill). The key's demand has a home.
+  if op.need > 0 and h.pool > growth and (r.outcome == DONE or r.outcome == NOROOM) then
+    if not others(h, node) and h.joins == 0 and h.unknown == 0 and (r.outcome == DONE or not askedElsewhere(h, node)) then
       growth = h.pool
-    elseif op.need > keep + growth then
+    elseif r.outcome == DONE and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
     end
   end

@@ -523,6 +523,9 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		ks.expiry = max(ks.expiry, c.Expiry)
 		if c.CallAt > ks.callSeen {
 			ks.callSeen = c.CallAt
+			if c.CallAt != ks.called {
+				ks.home = false // another node wants room
+			}
 			if ks.grant > 0 && ks.op == nil && len(ks.waiters) == 0 && c.CallAt != ks.called {
 				s.enqueue(ks, wantGive)
 			}
@@ -662,6 +665,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		keep = min(keep, s.spare(ks, st, us))
 	case in&wantRenew != 0 && ks.lastUse <= us-share.Duration(s.cfg.Lease):
 		keep = 0 // unused for a whole lease: back to the pool
+	case in&wantRenew != 0 && ks.home:
+		// A home keeps everything: nobody else wants any of it.
 	case in&wantRenew != 0:
 		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
 	}
@@ -836,6 +841,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
 	ks.expiry = max(ks.expiry, r.Expiry)
+	ks.home = r.Grant >= share.One
 	replaced := r.Replace && s.eng.Replace(ks.kl.key, ks.kl.lim, local.Share(r.Grant)) // its shadow is the exact state
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
@@ -977,11 +983,12 @@ func (s *Shares) Tick(now int64) (next int64) {
 			if ks.grant > 0 && us-ks.rateAt >= 2*interval {
 				s.updateRate(ks, us)
 			}
+			idle := ks.grant > 0 && ks.lastUse < us-s.idleAfter(ks) && len(ks.waiters) == 0
 			switch {
 			case ks.op != nil || ks.intents != 0:
-			case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us:
+			case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us && !(ks.home && idle):
 				s.enqueue(ks, wantRenew)
-			case ks.grant > 0 && ks.lastUse < us-3*interval && len(ks.waiters) == 0:
+			case idle:
 				s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
 			case ks.grant == 0 && ks.expiry+margin <= us && len(ks.waiters) == 0:
 				// The contest has ended: the even split again.
@@ -1010,6 +1017,19 @@ func (s *Shares) Tick(now int64) (next int64) {
 	}
 	s.eng.SetValidUntil(share.Nanos(valid))
 	return share.Nanos(wake)
+}
+
+// idleAfter is how long ks may go unused here before its grant goes back
+// to the pool (µs): three intervals; for a home, three of its client's own
+// gaps between requests (its rate when last used), up to a lease. A sparse
+// client pinned here finds its key at home, while demand that moves away
+// leaves it within a few of its own requests' time, as before. s.mu is held.
+func (s *Shares) idleAfter(ks *keyState) int64 {
+	d := 3 * share.Duration(s.cfg.Interval)
+	if ks.home && ks.useRate > 0 {
+		d = max(d, min(int64(3e6/ks.useRate), share.Duration(s.cfg.Lease)))
+	}
+	return d
 }
 
 // orderedKeys returns the keys held, in the order they were made, having
@@ -1055,6 +1075,9 @@ func (s *Shares) updateRate(ks *keyState, us int64) {
 	}
 	ks.recent = float64(ks.hits) / dt
 	ks.rate += a * (ks.recent - ks.rate)
+	if ks.hits > 0 {
+		ks.useRate = ks.rate
+	}
 	ks.rateAt, ks.hits = us, 0
 }
 

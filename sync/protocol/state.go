@@ -88,12 +88,21 @@ type keyState struct {
 	// was last asked for (µs); maxWeight the heaviest request seen.
 	rate            float64
 	recent          float64 // the demand over the last fold alone: what spare() keeps for
+	useRate         float64 // rate as of the last fold that saw demand: how sparse the client is (idleAfter)
 	rateAt, lastUse int64
 	hits            int64 // demand taken since rateAt, not yet folded into rate
 	maxWeight       int64
 	// registered is the expiry the registry holds for the contest, as far
 	// as this node has sent or heard (µs).
 	registered int64
+	// home: the node holds the whole key (the store found nobody else
+	// holding any) and no call for it has come since. Demand with a home,
+	// a client pinned to this node, keeps its grant while the key goes
+	// unused for less than three of its own gaps between requests, up to a
+	// lease (renewed whole at half a lease), instead of giving it back
+	// after three idle intervals, so its sparse requests are decided from
+	// memory. A call ends it: the demand has moved or spread.
+	home bool
 	// faulted: the store refuses the key (a key of another type); retried
 	// at faultRetry (µs).
 	faulted    bool
