@@ -45,7 +45,7 @@ type shard struct {
 	zones    *limit.Zones // the engine's: resolves calendar limits' zones
 	// evictions remembers keys evicted before they were fresh.
 	evictions evictions
-	_         [48]byte
+	_         [40]byte
 }
 
 func (sh *shard) init(e *Engine, size, evicted int, zones *limit.Zones) error {
