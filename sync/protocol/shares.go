@@ -127,20 +127,25 @@ type Shares struct {
 	// sweeps them out, some forgotten since): Tick and Leave visit them
 	// in a fixed order (the simulation replays exactly) without sorting
 	// every key each tick.
-	order   []*keyState
-	queue   []*keyState // keys with an op to send
-	queued  map[*keyState]bool
-	calls   []share.Contest // registry entries to send with the next beat
-	fleet   fleetView
-	from    int64 // the registry's changes read up to (stamp)
-	read    bool  // the registry was read whole once (the node's first beat)
-	more    bool  // the registry has more changes to read
-	seq     int64 // the last op sequence number used
-	beating bool  // a beat is in flight
-	wake    func(Wake)
-	pressed []local.Pressed
-	named   map[string]struct{} // what was logged of which key (once)
-	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	order []*keyState
+	// waiting holds the keys requests wait on (and, until Tick sweeps
+	// them out, some no longer): Tick visits them on every wake, and every
+	// key only once an interval, at nextSweep (ns).
+	waiting   []*keyState
+	nextSweep int64
+	queue     []*keyState // keys with an op to send
+	queued    map[*keyState]bool
+	calls     []share.Contest // registry entries to send with the next beat
+	fleet     fleetView
+	from      int64 // the registry's changes read up to (stamp)
+	read      bool  // the registry was read whole once (the node's first beat)
+	more      bool  // the registry has more changes to read
+	seq       int64 // the last op sequence number used
+	beating   bool  // a beat is in flight
+	wake      func(Wake)
+	pressed   []local.Pressed
+	named     map[string]struct{} // what was logged of which key (once)
+	resets    map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -253,6 +258,7 @@ func (s *Shares) state(kl keyLim, make bool) *keyState {
 func (s *Shares) forget(ks *keyState) {
 	if ks.phase == phaseEven && ks.idle() && !s.queued[ks] {
 		delete(s.keys, ks.kl)
+		ks.gone = true
 	}
 }
 
@@ -364,6 +370,10 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 		w.done = make(chan struct{})
 	}
 	ks.waiters = append(ks.waiters, w)
+	if !ks.waiting {
+		ks.waiting = true
+		s.waiting = append(s.waiting, ks)
+	}
 	if ks.retryAt <= us {
 		s.enqueue(ks, wantAsk)
 	}
@@ -923,7 +933,6 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 func (s *Shares) Tick(now int64) (next int64) {
 	us := share.Micros(now)
 	interval := share.Duration(s.cfg.Interval)
-	margin := 2*interval + 1000
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	valid := us + 3*interval
@@ -953,7 +962,20 @@ func (s *Shares) Tick(now int64) (next int64) {
 			s.enqueue(ks, wantMore) // its demand outruns its share's refill
 		}
 	}
-	for _, ks := range s.orderedKeys() {
+	// Every key once an interval (the sweep: leases, idleness, contests
+	// that end); between sweeps only the keys requests wait on, whose
+	// deadlines and retries fall between them. A sweep costs a look at
+	// every key the node follows: run on every wake, it took a node most
+	// of a core with many keys contested.
+	sweep := now >= s.nextSweep
+	keys := s.waiting
+	if sweep {
+		keys = s.orderedKeys()
+		s.nextSweep = now + int64(s.cfg.Interval)
+	} else {
+		wake = min(wake, share.Micros(s.nextSweep))
+	}
+	for _, ks := range keys {
 		for _, w := range ks.waiters {
 			end := w.deadline
 			if ks.op != nil && !ks.retry {
@@ -966,39 +988,8 @@ func (s *Shares) Tick(now int64) (next int64) {
 			}
 		}
 		ks.waiters = slices.DeleteFunc(ks.waiters, func(w *Waiter) bool { return w.settled })
-		if ks.deniedUntil != 0 && ks.deniedUntil <= us {
-			ks.deniedUntil = 0
-		}
-		if ks.faulted && ks.faultRetry <= us {
-			ks.faulted = false
-			s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
-		}
-		if ks.phase == phaseHeld {
-			if ks.grant > 0 && ks.leaseEnd-margin <= us {
-				// Lapsed: the store takes it as spent at its end.
-				s.stats.expired.Add(1)
-				ks.grant = 0
-				s.hold(ks, 0)
-			}
-			if ks.grant > 0 && us-ks.rateAt >= 2*interval {
-				s.updateRate(ks, us)
-			}
-			idle := ks.grant > 0 && ks.lastUse < us-s.idleAfter(ks) && len(ks.waiters) == 0
-			switch {
-			case ks.op != nil || ks.intents != 0:
-			case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us && !(ks.home && idle):
-				s.enqueue(ks, wantRenew)
-			case idle:
-				s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
-			case ks.grant == 0 && ks.expiry+margin <= us && len(ks.waiters) == 0:
-				// The contest has ended: the even split again.
-				ks.phase, ks.epoch = phaseEven, 0
-				s.dropClaim(ks.kl)
-				s.eng.Release(ks.kl.key, ks.kl.lim)
-			}
-			if ks.grant > 0 {
-				valid = min(valid, ks.leaseEnd-margin)
-			}
+		if sweep {
+			valid = s.sweepKey(ks, us, valid)
 		}
 		switch {
 		case ks.retryAt > us:
@@ -1010,6 +1001,16 @@ func (s *Shares) Tick(now int64) (next int64) {
 		}
 		s.forget(ks)
 	}
+	s.waiting = slices.DeleteFunc(s.waiting, func(ks *keyState) bool {
+		gone := len(ks.waiters) == 0 || ks.gone
+		if gone {
+			ks.waiting = false
+		}
+		return gone
+	})
+	if !sweep {
+		return share.Nanos(wake)
+	}
 	for kl, at := range s.resets {
 		if at < us-share.Duration(s.cfg.ActiveWindow) {
 			delete(s.resets, kl) // the registry forgot it too
@@ -1017,6 +1018,50 @@ func (s *Shares) Tick(now int64) (next int64) {
 	}
 	s.eng.SetValidUntil(share.Nanos(valid))
 	return share.Nanos(wake)
+}
+
+// sweepKey runs what time brings to ks at us, once an interval: a refusal
+// or a fault that ends, a grant that lapses, a lease to renew, a grant
+// idle here, a contest that ended. It returns valid (µs) lowered to the
+// end of what ks's grant may be used for. s.mu is held.
+func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
+	interval := share.Duration(s.cfg.Interval)
+	margin := 2*interval + 1000
+	if ks.deniedUntil != 0 && ks.deniedUntil <= us {
+		ks.deniedUntil = 0
+	}
+	if ks.faulted && ks.faultRetry <= us {
+		ks.faulted = false
+		s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
+	}
+	if ks.phase == phaseHeld {
+		if ks.grant > 0 && ks.leaseEnd-margin <= us {
+			// Lapsed: the store takes it as spent at its end.
+			s.stats.expired.Add(1)
+			ks.grant = 0
+			s.hold(ks, 0)
+		}
+		if ks.grant > 0 && us-ks.rateAt >= 2*interval {
+			s.updateRate(ks, us)
+		}
+		idle := ks.grant > 0 && ks.lastUse < us-s.idleAfter(ks) && len(ks.waiters) == 0
+		switch {
+		case ks.op != nil || ks.intents != 0:
+		case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us && !(ks.home && idle):
+			s.enqueue(ks, wantRenew)
+		case idle:
+			s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
+		case ks.grant == 0 && ks.expiry+margin <= us && len(ks.waiters) == 0:
+			// The contest has ended: the even split again.
+			ks.phase, ks.epoch = phaseEven, 0
+			s.dropClaim(ks.kl)
+			s.eng.Release(ks.kl.key, ks.kl.lim)
+		}
+		if ks.grant > 0 {
+			valid = min(valid, ks.leaseEnd-margin)
+		}
+	}
+	return valid
 }
 
 // idleAfter is how long ks may go unused here before its grant goes back
@@ -1036,7 +1081,7 @@ func (s *Shares) idleAfter(ks *keyState) int64 {
 // swept out those forgotten since the last call. Keys made while the
 // caller ranges over the result are not in it. s.mu is held.
 func (s *Shares) orderedKeys() []*keyState {
-	s.order = slices.DeleteFunc(s.order, func(ks *keyState) bool { return s.keys[ks.kl] != ks })
+	s.order = slices.DeleteFunc(s.order, func(ks *keyState) bool { return ks.gone })
 	return s.order
 }
 

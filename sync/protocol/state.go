@@ -74,6 +74,9 @@ type keyState struct {
 	retry bool
 
 	waiters []*Waiter
+	// waiting: in Shares.waiting. gone: forgotten (no longer in
+	// Shares.keys), to be swept out of Shares.order and waiting.
+	waiting, gone bool
 	// retryAt is when to ask again after Wait or Call (µs).
 	retryAt int64
 	// deniedUntil is when the fleet may have room again (µs): until then
