@@ -430,6 +430,10 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	if op.Need > 0 && h.Pool > growth && (reply.Outcome == share.Done || reply.Outcome == share.NoRoom && lone) {
 		if lone {
 			growth = h.Pool
+			if reply.Outcome == share.NoRoom {
+				// Its room comes from the whole limit's refill now.
+				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+			}
 		} else if op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
 		}
@@ -572,9 +576,10 @@ func alone(h *Hash, node string) bool {
 	return h.Joins == 0 && h.Unknown == 0
 }
 
-// askedElsewhere reports whether a node but node asked for room on h after
-// since (µs): its last op then was served, grew, or was told to wait or that
-// there was no room. The key has demand elsewhere.
+// askedElsewhere reports whether the last op of a node but node, if after
+// since (µs), asked for room on h: it was served, grew, or was told to wait
+// or that there was no room. The key has demand elsewhere. (A node's later
+// op, a give or a renewal, hides an earlier ask.)
 func askedElsewhere(h *Hash, node string, since int64) bool {
 	for id, rec := range h.Records {
 		if id != node && rec.GrowthAt > since && (rec.Served > 0 || rec.Growth > 0 || rec.Outcome != share.Done) {

@@ -267,9 +267,10 @@ local function others(h, id)
   return h.held > 0
 end
 
--- askedElsewhere reports whether a node but id asked for room on h within
--- a lease: its last op then was served, grew, or was told to wait or that
--- there was no room. The key has demand elsewhere. It reads every record.
+-- askedElsewhere reports whether the last op of a node but id, if within a
+-- lease, asked for room on h: it was served, grew, or was told to wait or
+-- that there was no room. The key has demand elsewhere. (A node's later op,
+-- a give or a renewal, hides an earlier ask.) It reads every record.
 local function askedElsewhere(h, id)
   all(h)
   for rid, r in pairs(h.recs) do
@@ -617,6 +618,10 @@ local function apply(k, p, op)
   if op.need > 0 and h.pool > growth and (r.outcome == DONE or r.outcome == NOROOM) then
     if not others(h, node) and h.joins == 0 and h.unknown == 0 and (r.outcome == DONE or not askedElsewhere(h, node)) then
       growth = h.pool
+      if r.outcome == NOROOM then
+        -- Its room comes from the whole limit's refill now.
+        r.untl = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
+      end
     elseif r.outcome == DONE and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
     end

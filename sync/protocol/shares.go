@@ -133,19 +133,21 @@ type Shares struct {
 	// key only once an interval, at nextSweep (ns).
 	waiting   []*keyState
 	nextSweep int64
-	queue     []*keyState // keys with an op to send
-	queued    map[*keyState]bool
-	calls     []share.Contest // registry entries to send with the next beat
-	fleet     fleetView
-	from      int64 // the registry's changes read up to (stamp)
-	read      bool  // the registry was read whole once (the node's first beat)
-	more      bool  // the registry has more changes to read
-	seq       int64 // the last op sequence number used
-	beating   bool  // a beat is in flight
-	wake      func(Wake)
-	pressed   []local.Pressed
-	named     map[string]struct{} // what was logged of which key (once)
-	resets    map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// valid is what the engine was last told its grants are good until (µs).
+	valid   int64
+	queue   []*keyState // keys with an op to send
+	queued  map[*keyState]bool
+	calls   []share.Contest // registry entries to send with the next beat
+	fleet   fleetView
+	from    int64 // the registry's changes read up to (stamp)
+	read    bool  // the registry was read whole once (the node's first beat)
+	more    bool  // the registry has more changes to read
+	seq     int64 // the last op sequence number used
+	beating bool  // a beat is in flight
+	wake    func(Wake)
+	pressed []local.Pressed
+	named   map[string]struct{} // what was logged of which key (once)
+	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -256,6 +258,9 @@ func (s *Shares) state(kl keyLim, make bool) *keyState {
 
 // forget drops ks if it has no reason to be kept. s.mu is held.
 func (s *Shares) forget(ks *keyState) {
+	if ks.gone || s.keys[ks.kl] != ks {
+		return // forgotten already: the key may have a new state since
+	}
 	if ks.phase == phaseEven && ks.idle() && !s.queued[ks] {
 		delete(s.keys, ks.kl)
 		ks.gone = true
@@ -536,8 +541,8 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 			if c.CallAt != ks.called {
 				ks.home = false // another node wants room
 			}
-			if ks.grant > 0 && ks.op == nil && len(ks.waiters) == 0 && c.CallAt != ks.called {
-				s.enqueue(ks, wantGive)
+			if ks.grant > 0 && len(ks.waiters) == 0 && c.CallAt != ks.called {
+				s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
 			}
 		}
 	}
@@ -684,8 +689,11 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		return nil, false // a call it holds nothing of
 	}
 	need := int64(0)
-	if want > 0 || in&(wantRenew|wantMore) != 0 && keep > 0 {
-		need = max(s.need(ks), keep) // it grows toward its demand only when it asks or is in use
+	if want > 0 || in&(wantRenew|wantMore) != 0 && keep > 0 && in&wantGive == 0 {
+		// It grows toward its demand only when it asks or is in use, and
+		// not in an answer to a call: the store would hand a node that
+		// alone holds grants back what it gives.
+		need = max(s.need(ks), keep)
 	}
 	// A node whose demand could not hold one request of its own is served
 	// by the pool rather than grown: a share it took would sit spent here,
@@ -851,7 +859,9 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
 	ks.expiry = max(ks.expiry, r.Expiry)
-	ks.home = r.Grant >= share.One
+	// The whole key is at home here, unless a call came while the op was
+	// on its way: the give it queued answers that call.
+	ks.home = r.Grant >= share.One && ks.callSeen <= op.At
 	replaced := r.Replace && s.eng.Replace(ks.kl.key, ks.kl.lim, local.Share(r.Grant)) // its shadow is the exact state
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
@@ -868,6 +878,13 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.setClaim(ks.kl, r.Grant)
 	} else {
 		s.hold(ks, r.Grant)
+	}
+	if end := ks.leaseEnd - 2*share.Duration(s.cfg.Interval) - 1000; ks.grant > 0 && end < s.valid {
+		// The engine may decide in grants until the last sweep's validity:
+		// a grant whose lease ends sooner lowers it now, not at the next
+		// sweep (a process paused in between would use it past its end).
+		s.valid = end
+		s.eng.SetValidUntil(share.Nanos(end))
 	}
 	if ks.registered < r.Expiry-share.Duration(s.cfg.Lease) || ks.registered == 0 {
 		// The registry must know the contest lives at least as long.
@@ -1016,6 +1033,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 			delete(s.resets, kl) // the registry forgot it too
 		}
 	}
+	s.valid = valid
 	s.eng.SetValidUntil(share.Nanos(valid))
 	return share.Nanos(wake)
 }

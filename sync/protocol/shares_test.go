@@ -1,0 +1,216 @@
+package protocol_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+)
+
+const testInterval = 20 * time.Millisecond
+
+// newShortShares is a Shares without Redis, on a fleet of nodes, with the
+// key's even split on this node spent (the next request is short).
+func newShortShares(t *testing.T, nodes int, key string, lim limit.Limit) (*protocol.Shares, *local.Engine, int64) {
+	t.Helper()
+	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: nodes}, nil, now)
+	for i := 0; ; i++ {
+		_, err := eng.AllowN(now, key, lim, 1)
+		if errors.Is(err, local.ErrShort) {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("never short")
+		}
+	}
+	return s, eng, now
+}
+
+// A key forgotten while requests waited on it (here: its contest ended)
+// stays in the list of waiting keys, marked gone, until the next Tick. The
+// retried request makes a new state for the same (key, limit). The next
+// Tick between sweeps visits the stale one: forgetting it must not delete
+// the new one, or the new key's answer is dropped (a request the store
+// admitted is refused at its deadline) and its state is left with an op
+// for ever. (It did, found in review, before forget checked the state it
+// deletes is still the key's.)
+func TestAStaleWaitingKeyLeavesItsSuccessorAlone(t *testing.T) {
+	key, lim := "k", limit.PerSecond(10)
+	s, _, now := newShortShares(t, 3, key, lim)
+	s.Tick(now) // a sweep: the next one an interval on
+
+	w1, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+	if refuse || w1 == nil {
+		t.Fatal("refused")
+	}
+	ops := s.NextOps(now, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d", len(ops))
+	}
+	at := now + int64(time.Millisecond)
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Ended, Now: share.Micros(at)}}, nil, false, at)
+	if v, _ := w1.Verdict(); v != protocol.Retry {
+		t.Fatalf("w1 %v", v)
+	}
+	// The request decides again, is still short, and waits again.
+	at += int64(time.Millisecond)
+	w2, refuse, _ := s.Short(at, now, key, lim, 1, now+int64(time.Second), nil)
+	if refuse || w2 == nil {
+		t.Fatal("refused")
+	}
+	ops = s.NextOps(at, 0) // its ask is sent
+	if len(ops) != 1 {
+		t.Fatalf("ops %d", len(ops))
+	}
+	at += int64(time.Millisecond)
+	s.Tick(at) // between sweeps: visits s.waiting
+	if d := s.Describe(key, lim); d == "even (no state)" {
+		t.Errorf("a Tick between sweeps dropped the key a request waits on from s.keys: %s", d)
+	}
+	at += int64(time.Millisecond)
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Served: 1, ServedAt: share.Micros(at), Now: share.Micros(at)}}, nil, false, at)
+	select {
+	case <-w2.Done():
+		if v, _ := w2.Verdict(); v != protocol.Admitted {
+			t.Errorf("w2: %v, want Admitted (the store admitted it)", v)
+		}
+	default:
+		t.Errorf("the store admitted the waiting request (Served 1), but its waiter was never told: the reply was dropped")
+	}
+	// Its deadline passes: the waiter is settled Expired at last (a
+	// request the store admitted, refused here).
+	at = now + int64(2*time.Second)
+	s.Tick(at)
+	if v, _ := w2.Verdict(); v != protocol.Admitted {
+		t.Errorf("w2 at its deadline: %v (0 Retry, 2 Expired), want Admitted", v)
+	}
+	// The orphan keeps its op forever: a later request on the key makes a
+	// third keyState, and the orphan is swept every interval for ever.
+	for i := 0; i < 10; i++ {
+		at += int64(testInterval)
+		s.Tick(at)
+	}
+	t.Logf("after the deadline: %s", s.Describe(key, lim))
+}
+
+// homeAt makes a node of a 2-node fleet the key's home: the contest is
+// read at the first beat, its request asks, and the store grows it the
+// whole key. It returns the Shares, the engine, the time, and the epoch.
+func homeAt(t *testing.T, key string, lim limit.Limit) (*protocol.Shares, *local.Engine, int64, int64) {
+	t.Helper()
+	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	us := share.Micros(now)
+	epoch := us - 1000
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 2,
+		Changes: []share.Contest{{Key: key, Limit: lim, Epoch: epoch, Expiry: us + 3_600_000_000}}}, nil, now)
+	s.Tick(now)
+	if _, err := eng.AllowN(now, key, lim, 1); !errors.Is(err, local.ErrShort) {
+		t.Fatalf("a contested key with no grant: %v", err)
+	}
+	w, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+	if refuse {
+		t.Fatal("refused")
+	}
+	ops := s.NextOps(now, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d", len(ops))
+	}
+	now += int64(time.Millisecond)
+	us = share.Micros(now)
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: epoch, Grant: share.One, Growth: share.One,
+		LeaseEnd: us + 1_000_000, Expiry: us + 3_600_000_000, Now: us}}, nil, false, now)
+	if v, _ := w.Verdict(); v != protocol.Retry {
+		t.Fatalf("verdict %v", v)
+	}
+	return s, eng, now, epoch
+}
+
+// A home hears a call (another node wants room) while one of its own ops
+// is in flight. The call must still be answered: the node gives back what
+// it spares once the op's reply is in. (Found in review: the reply made
+// the key a home again and no give was queued, so the node kept renewing
+// the whole key while its client used it, and at the store the crossing
+// op counted as the call's answer: the caller was told there was no room.)
+// The control: the same call heard with no op in flight.
+func TestAHomeAnswersACallHeardWhileItsOpIsInFlight(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		t.Run(map[bool]string{false: "control", true: "in flight"}[inFlight], func(t *testing.T) {
+			key, lim := "k", limit.PerSecond(100).WithBurst(100).Canonical()
+			s, eng, now, epoch := homeAt(t, key, lim)
+			reply := func(ops []share.Op, at int64) {
+				rs := make([]share.Reply, len(ops))
+				for i, op := range ops {
+					rs[i] = share.Reply{Outcome: share.Done, Epoch: epoch, Grant: op.Keep, LeaseEnd: share.Micros(at) + 1_000_000,
+						Expiry: share.Micros(at) + 3_600_000_000, Now: share.Micros(at)}
+				}
+				s.OpsDone(ops, rs, nil, false, at)
+			}
+			var callAt int64
+			var gaveAt int64
+			start := now
+			for step := 1; step <= 100; step++ { // 2 s, a tick every 20 ms, a request every 40 ms
+				now = start + int64(step)*int64(testInterval)
+				if step%2 == 0 { // 25/s of 100/s
+					_, _ = eng.AllowN(now, key, lim, 1)
+				}
+				s.Tick(now)
+				ops := s.NextOps(now, 0)
+				for _, op := range ops {
+					if testing.Verbose() {
+						t.Logf("%v op keep=%d held=%d want=%d need=%d", time.Duration(now-start), op.Keep, op.Held, op.Want, op.Need)
+					}
+					if callAt != 0 && op.Keep < share.One && gaveAt == 0 {
+						gaveAt = now
+					}
+				}
+				// The call: at the first renewal (in flight), or at the
+				// same time with nothing in flight (control).
+				if callAt == 0 && now-start >= int64(500*time.Millisecond) {
+					if inFlight && len(ops) == 0 {
+						continue
+					}
+					if !inFlight && len(ops) > 0 {
+						reply(ops, now)
+						ops = nil
+					}
+					callAt = now
+					s.Heard(share.Contest{Key: key, Limit: lim, Epoch: epoch, CallAt: share.Micros(now), Expiry: share.Micros(now) + 3_600_000_000}, now)
+					if !inFlight {
+						for _, op := range s.NextOps(now, 0) {
+							t.Logf("after the call: op keep=%d held=%d need=%d", op.Keep, op.Held, op.Need)
+							if op.Keep < share.One {
+								gaveAt = now
+							}
+							reply([]share.Op{op}, now)
+						}
+					}
+				}
+				reply(ops, now+int64(time.Millisecond))
+			}
+			if callAt == 0 {
+				t.Fatal("no call made")
+			}
+			if gaveAt == 0 {
+				t.Errorf("a call heard at %v never answered over the next %v: the home keeps the whole key (%s)",
+					time.Duration(callAt-start), time.Duration(now-callAt), s.Describe(key, lim))
+			} else {
+				t.Logf("call at %v answered at %v", time.Duration(callAt-start), time.Duration(gaveAt-start))
+			}
+		})
+	}
+}
