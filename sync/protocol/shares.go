@@ -523,6 +523,14 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 	case first && ks.phase == phaseEven:
 		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
 		s.hold(ks, 0)
+		if !pooledKey(ks.params, s.fleet.size()) {
+			// The contest may hold an even split back for this node (its
+			// creator counted it: FleetSize), and wait for its join: it
+			// joins holding nothing (its op names no epoch, as a join
+			// does), and the split goes back to the pool.
+			ks.epoch = 0
+			s.enqueue(ks, wantJoin)
+		}
 	case ks.phase == phaseEven && pooledKey(ks.params, s.fleet.size()) && ks.op == nil && len(ks.waiters) == 0:
 		// A pooled key this node holds nothing of: nothing to report, and
 		// a pooled contest waits for no join.
