@@ -258,7 +258,7 @@ func (s *Shares) state(kl keyLim, make bool) *keyState {
 
 // forget drops ks if it has no reason to be kept. s.mu is held.
 func (s *Shares) forget(ks *keyState) {
-	if ks.gone || s.keys[ks.kl] != ks {
+	if ks.gone {
 		return // forgotten already: the key may have a new state since
 	}
 	if ks.phase == phaseEven && ks.idle() && !s.queued[ks] {
@@ -546,11 +546,11 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		ks.expiry = max(ks.expiry, c.Expiry)
 		if c.CallAt > ks.callSeen {
 			ks.callSeen = c.CallAt
-			if c.CallAt != ks.called {
-				ks.home = false // another node wants room
-			}
-			if ks.grant > 0 && len(ks.waiters) == 0 && c.CallAt != ks.called {
-				s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
+			if c.CallAt != ks.called { // another node wants room
+				ks.home = false
+				if ks.grant > 0 && len(ks.waiters) == 0 {
+					s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
+				}
 			}
 		}
 	}
@@ -887,7 +887,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	} else {
 		s.hold(ks, r.Grant)
 	}
-	if end := ks.leaseEnd - 2*share.Duration(s.cfg.Interval) - 1000; ks.grant > 0 && end < s.valid {
+	if end := ks.leaseEnd - s.leaseMargin(); ks.grant > 0 && end < s.valid {
 		// The engine may decide in grants until the last sweep's validity:
 		// a grant whose lease ends sooner lowers it now, not at the next
 		// sweep (a process paused in between would use it past its end).
@@ -1052,7 +1052,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 // end of what ks's grant may be used for. s.mu is held.
 func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 	interval := share.Duration(s.cfg.Interval)
-	margin := 2*interval + 1000
+	margin := s.leaseMargin()
 	if ks.deniedUntil != 0 && ks.deniedUntil <= us {
 		ks.deniedUntil = 0
 	}
@@ -1089,6 +1089,10 @@ func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 	}
 	return valid
 }
+
+// leaseMargin is how long before its lease's end a node stops using a
+// grant (µs): two intervals and a millisecond, on its own clock.
+func (s *Shares) leaseMargin() int64 { return 2*share.Duration(s.cfg.Interval) + 1000 }
 
 // idleAfter is how long ks may go unused here before its grant goes back
 // to the pool (µs): three intervals; for a home, three of its client's own

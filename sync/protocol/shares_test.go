@@ -13,14 +13,22 @@ import (
 
 const testInterval = 20 * time.Millisecond
 
+// newEngine is an engine as the runner makes one for Async mode (Asks),
+// small.
+func newEngine(tb testing.TB) *local.Engine {
+	tb.Helper()
+	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return eng
+}
+
 // newShortShares is a Shares without Redis, on a fleet of nodes, with the
 // key's even split on this node spent (the next request is short).
 func newShortShares(t *testing.T, nodes int, key string, lim limit.Limit) (*protocol.Shares, *local.Engine, int64) {
 	t.Helper()
-	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t)
 	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
 	now := time.Unix(1_800_000_000, 0).UnixNano()
 	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: nodes}, nil, now)
@@ -108,10 +116,7 @@ func TestAStaleWaitingKeyLeavesItsSuccessorAlone(t *testing.T) {
 // whole key. It returns the Shares, the engine, the time, and the epoch.
 func homeAt(t *testing.T, key string, lim limit.Limit) (*protocol.Shares, *local.Engine, int64, int64) {
 	t.Helper()
-	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t)
 	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
 	now := time.Unix(1_800_000_000, 0).UnixNano()
 	us := share.Micros(now)

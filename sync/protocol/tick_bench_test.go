@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/share"
 	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
@@ -22,10 +21,7 @@ import (
 func BenchmarkTick(b *testing.B) {
 	for _, n := range []int{100, 10_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
-			eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-			if err != nil {
-				b.Fatal(err)
-			}
+			eng := newEngine(b)
 			const interval = 20 * time.Millisecond
 			s := protocol.New(protocol.Config{Interval: interval}, eng)
 			now := time.Unix(1_800_000_000, 0).UnixNano()
