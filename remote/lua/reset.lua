@@ -7,7 +7,8 @@
 -- ARGV     node, kind (0 bucket, else a window), period µs (windows)
 --
 -- The exact state is deleted. A contest's pool is emptied (its state made
--- fresh), so the share nobody holds admits at once; the nodes holding
+-- fresh), so the share nobody holds admits at once, and the store calls
+-- the holders again at once if asked; the nodes holding
 -- grants, and every node deciding the key alone, start their own state
 -- afresh when they hear of the reset through the registry (the caller
 -- sends it with its next heartbeat). The ledger (what the fleet admitted)
@@ -20,16 +21,21 @@ local had = redis.call('DEL', KEYS[1], KEYS[2])
 if KEYS[3] == nil then return {had > 0 and 1 or 0, now} end
 
 local kind, period = tonumber(ARGV[2]), tonumber(ARGV[3])
-local META = '<ddddddddddddddddd' -- shares.lua's
+-- shares.lua's contest, and an earlier release's (without the sums)
+local META, OLDMETA = '<dddddddddddddddddddd', '<ddddddddddddddddd'
 local raw = redis.call('HGET', KEYS[3], 'm')
 if raw then
-  local m = {struct.unpack(META, raw)}
+  local format, n = OLDMETA, 17
+  if #raw >= 160 then format, n = META, 20 end
+  local m = {struct.unpack(format, raw)}
   if m[2] > now then
     local window = 0
     if kind ~= 0 then window = math.floor(now / period) end
     m[4], m[5], m[6], m[7], m[8], m[16] = 0, window, 0, 0, now, 0
-    redis.call('HSET', KEYS[3], 'm', struct.pack(META, m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8], m[9], m[10],
-      m[11], m[12], m[13], m[14], m[15], m[16], m[17]))
+    -- The holders start afresh and have room to give again: calls that
+    -- came back empty before no longer hold the next one back.
+    m[10], m[11], m[12] = 0, 0, 0
+    redis.call('HSET', KEYS[3], 'm', struct.pack(format, unpack(m, 1, n)))
     had = had + 1
   end
 end
