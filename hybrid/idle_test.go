@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,4 +58,71 @@ func TestAnIdleNodeCostsRedisLittle(t *testing.T) {
 	// 27 left of the burst, and what refilled (half a request a second).
 	assert.GreaterOrEqual(t, admitted, 27, "node 0 admits what the limit has left: the idle nodes gave their room back")
 	assert.LessOrEqual(t, admitted, 30)
+}
+
+// A node at rest beats quietly: once its keys are given back and nothing is
+// decided, it beats every 200 ms instead of every interval (each beat is
+// one script of about eight commands), so it costs Redis at most 50
+// commands a second, and still often enough to stay in the fleet. Its
+// first decision after the rest makes it beat every interval again. Before
+// quiet beats an idle node cost about 500 commands a second at a 20 ms
+// interval (9 a beat, 50 beats a second).
+func TestANodeAtRestBeatsQuietly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	const n = 3
+	nodes := shapeFleet(t, srv, n, hybrid.Config{Prefix: "idle:", SyncInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+
+	// Traffic that leaves contests behind: a shared key past every node's
+	// even split, and per-client keys.
+	hot := hybrid.PerSecond(100).WithBurst(20)
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		for i, l := range nodes {
+			_, err := l.Allow(ctx, "hot", hot)
+			require.NoError(t, err)
+			_, err = l.Allow(ctx, fmt.Sprintf("client-%d", i), hybrid.PerSecond(1))
+			require.NoError(t, err)
+		}
+	}
+	// The rest: every contest given back or lapsed.
+	require.Eventually(t, func() bool {
+		for _, l := range nodes {
+			if l.Stats().Reconcile.Leases > 0 {
+				return false
+			}
+		}
+		return true
+	}, 15*time.Second, 50*time.Millisecond, "the nodes never gave their keys back")
+	time.Sleep(300 * time.Millisecond)
+
+	admin := srv.Client(t)
+	calls := func() int64 {
+		c, err := workload.ReadRedis(ctx, admin)
+		require.NoError(t, err)
+		return c.Calls
+	}
+	before, began := calls(), time.Now()
+	time.Sleep(2 * time.Second)
+	perNode := float64(calls()-before) / time.Since(began).Seconds() / n
+	t.Logf("at rest: %.1f Redis commands a second a node", perNode)
+	assert.LessOrEqual(t, perNode, 50.0, "an idle node's Redis commands a second")
+
+	// Quiet beats keep every node in the fleet: each beat drops the nodes
+	// silent for longer than the active window (1 s).
+	fleet, err := admin.ZCard(ctx, "idle:{fleet}:nodes").Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, n, fleet, "nodes the fleet still counts after the rest")
+
+	// A node that decides again beats every interval again; one that does
+	// not stays quiet (the same machine, the same stretch).
+	rounds := func(l *hybrid.Limiter) uint64 { return l.Stats().Reconcile.Rounds }
+	busy0, quiet0 := rounds(nodes[0]), rounds(nodes[1])
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		_, err := nodes[0].Allow(ctx, "client-0", hybrid.PerSecond(1000))
+		require.NoError(t, err)
+	}
+	busy, quiet := rounds(nodes[0])-busy0, rounds(nodes[1])-quiet0
+	t.Logf("rounds in 600 ms: %d deciding, %d at rest", busy, quiet)
+	assert.Greater(t, busy, 2*quiet, "a node deciding beats every interval, one at rest every ten")
 }

@@ -708,6 +708,20 @@ func (e *Engine) degradedShare() Share { return ShareAmong(e.Fleet()) }
 // tracking on, the whole limit without.
 func (e *Engine) DefaultShare() Share { return Share(e.newKey.Load()) }
 
+// LastActive returns the latest time (ns) a decision or a change of a
+// key's state was made on any key: the shards' clocks (bookkeeping, such as
+// taking spend or sweeping, does not move them). Zero: never.
+func (e *Engine) LastActive() int64 {
+	t := int64(0)
+	for i := range e.shards {
+		sh := &e.shards[i]
+		sh.mu.Lock()
+		t = max(t, sh.now)
+		sh.mu.Unlock()
+	}
+	return t
+}
+
 // Len returns the number of (key, limit) states held.
 func (e *Engine) Len() int { return int(e.keys.Load()) }
 

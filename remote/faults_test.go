@@ -110,7 +110,7 @@ func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
 		case heard <- c:
 		default:
 		}
-	})
+	}, nil)
 	defer stop()
 	time.Sleep(50 * time.Millisecond) // the subscription reaches Redis
 	replies := make([]share.Reply, 1)

@@ -194,10 +194,11 @@ func (s *Store) callsChannel() string { return s.prefix + "{fleet}:calls" }
 
 // SubscribeCalls hears the calls the nodes publish (the fast path of a
 // call, ahead of the registry the heartbeats read) and hands each to heard,
-// on a goroutine of its own, until stop is called. A call lost on the way
-// (a dropped connection, which go-redis makes again) is read from the
-// registry at the next heartbeat all the same.
-func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest)) (stop func()) {
+// and each node that joins the fleet to joined (the fleet's size then, and
+// the store's time, µs), on a goroutine of its own, until stop is called.
+// What is lost on the way (a dropped connection, which go-redis makes
+// again) is read at the next heartbeat all the same.
+func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest), joined func(nodes int, at int64)) (stop func()) {
 	ps := s.client.Subscribe(ctx, s.callsChannel())
 	done := make(chan struct{})
 	go func() {
@@ -205,6 +206,8 @@ func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest)) (
 		for msg := range ps.Channel() {
 			if c, ok := parseCall(msg.Payload); ok {
 				heard(c)
+			} else if nodes, at, ok := parseJoined(msg.Payload); ok && joined != nil {
+				joined(nodes, at)
 			}
 		}
 	}()
@@ -234,6 +237,24 @@ func parseCall(payload string) (share.Contest, bool) {
 		t[i] = v
 	}
 	return share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]}, true
+}
+
+// parseJoined reads a published join: the fleet's size and the store's
+// time (µs), a line each.
+func parseJoined(payload string) (nodes int, at int64, ok bool) {
+	n, t, found := strings.Cut(payload, "\n")
+	if !found {
+		return 0, 0, false
+	}
+	nodes, err := strconv.Atoi(n)
+	if err != nil || nodes <= 0 {
+		return 0, 0, false
+	}
+	at, err = strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return nodes, at, true
 }
 
 // registryKeyNames are the registry's keys under prefix, in one Cluster

@@ -282,6 +282,24 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 	}
 }
 
+// publishJoin delivers a node's join (the fleet had nodes at at, µs) as
+// publish delivers a call.
+func (s *sim) publishJoin(from *node, nodes int, at int64) {
+	for _, nd := range s.nodes {
+		if nd == from || !nd.up || nd.cut || s.rng.IntN(50) == 0 {
+			continue
+		}
+		s.at(s.now+s.hop(), func() {
+			nd.gate(func() {
+				if nd.cut || !nd.ready {
+					return
+				}
+				nd.sh.Joined(nodes, at)
+			})
+		})
+	}
+}
+
 // hop is one way's delay of a call.
 func (s *sim) hop() time.Duration {
 	d := time.Duration(100+s.rng.IntN(400)) * time.Microsecond
@@ -457,7 +475,9 @@ func (nd *node) round() {
 	s := nd.s
 	nd.gate(func() {
 		nd.tick()
-		nd.beat()
+		if nd.sh.BeatDue(nd.mapped()) {
+			nd.beat()
+		}
 	})
 	jitter := time.Duration((s.rng.Float64()*0.2 - 0.1) * float64(s.sc.Interval))
 	nd.roundAt = s.now + s.sc.Interval + jitter
@@ -527,6 +547,9 @@ func (nd *node) beat() {
 	nd.s.call(nd, func(now int64) any {
 		r := nd.s.store.Beat(now, nd.id, *b)
 		nd.s.publish(nd, b.Contests)
+		if r.New {
+			nd.s.publishJoin(nd, r.Nodes, r.Now)
+		}
 		return &r
 	}, func(reply any, err error) {
 		nd.beating = false

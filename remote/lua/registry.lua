@@ -21,6 +21,9 @@
 -- of its own, so that a node reads each change once, in order; a call is
 -- also published, so that the nodes hear it before their next heartbeat.
 --
+-- A node's first beat (new) is published on the channel, with the fleet's
+-- size: see below.
+--
 -- Returns {now µs, nodes, new (1: the node was not in the fleet), the
 -- stamp of the last change returned (the next 'after'), more (1: there are
 -- more), then per change: member, epoch, call µs, expiry µs, reset µs}.
@@ -72,7 +75,8 @@ end
 if stamp ~= stamped then redis.call('SET', KEYS[5], stamp) end
 
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-local touched = stamp ~= stamped or #dead > 0
+-- Entries removed need no life set again: the others' lives still cover them.
+local touched = stamp ~= stamped
 if #dead > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   redis.call('ZREM', KEYS[3], unpack(dead))
@@ -80,8 +84,18 @@ if #dead > 0 then
 end
 
 local nodes = redis.call('ZCARD', KEYS[1])
+-- A node joining is published too ("nodes\nnow"): every node divides by the
+-- larger fleet at once, a quiet one (which beats seldom) included.
+if new == 1 and channel ~= '' then
+  redis.call('PUBLISH', channel, string.format('%d\n%d', nodes, now))
+end
 -- (ARGV[4] as sent: Lua would write a number of 16 digits in 14.)
-local changes = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+-- Every change's stamp is at most the last handed out: a node that has read
+-- up to it has nothing to read (unless that stamp is lost: read anyway).
+local changes = {}
+if stamp > after or stamped == 0 then
+  changes = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+end
 local more = 0
 if #changes > 2 * limit then
   more = 1

@@ -30,7 +30,7 @@ import (
 type Store interface {
 	ShareOps(ctx context.Context, set share.Settings, ops []share.Op, replies []share.Reply) error
 	ShareBeat(ctx context.Context, b *share.Beat, r *share.BeatReply) error
-	SubscribeCalls(ctx context.Context, heard func(share.Contest)) (stop func())
+	SubscribeCalls(ctx context.Context, heard func(share.Contest), joined func(nodes int, at int64)) (stop func())
 	AddToLedgers(ctx context.Context, entries []remote.LedgerEntry, errs []error) error
 }
 
@@ -180,8 +180,10 @@ func (a *Runner) Start(ctx context.Context) error {
 	a.Starting.Store(true)
 	defer a.Starting.Store(false)
 	for {
-		info, err := a.beat(ctx)
-		a.Done(info)
+		info, sent, err := a.beat(ctx)
+		if sent {
+			a.Done(info)
+		}
 		if err != nil || !a.sh.More() {
 			return err
 		}
@@ -192,7 +194,7 @@ func (a *Runner) Start(ctx context.Context) error {
 // at once when a call must reach the registry), ops as soon as they are
 // ready, the protocol's timers, and the calls other nodes publish.
 func (a *Runner) Run(ctx context.Context) {
-	stop := a.deps.Store.SubscribeCalls(ctx, func(c share.Contest) { a.sh.Heard(c, a.now()) })
+	stop := a.deps.Store.SubscribeCalls(ctx, func(c share.Contest) { a.sh.Heard(c, a.now()) }, a.sh.Joined)
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -203,6 +205,7 @@ func (a *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(a.Next())
 	defer timer.Stop()
 	for {
+		due := true
 		select {
 		case <-ctx.Done():
 			return
@@ -216,11 +219,14 @@ func (a *Runner) Run(ctx context.Context) {
 			if n%sweepEvery == 0 {
 				a.deps.Engine.Sweep(a.now(), sweepPerShard)
 			}
+			due = a.sh.BeatDue(a.now())
 		}
 		signal(a.wakeTick)
-		for {
-			info, err := a.beat(ctx)
-			a.Done(info)
+		for due {
+			info, sent, err := a.beat(ctx)
+			if sent {
+				a.Done(info)
+			}
 			if err != nil || !a.sh.More() || ctx.Err() != nil {
 				break
 			}
@@ -233,38 +239,40 @@ func (a *Runner) Run(ctx context.Context) {
 // ready. It returns why the heartbeat or the ops failed, if they did.
 func (a *Runner) Round(ctx context.Context) error {
 	a.sh.Tick(a.now())
-	info, err := a.beat(ctx)
-	a.Done(info)
+	info, sent, err := a.beat(ctx)
+	if sent {
+		a.Done(info)
+	}
 	if err != nil {
 		return err
 	}
 	return a.send(ctx)
 }
 
-// beat sends one heartbeat.
-func (a *Runner) beat(ctx context.Context) (round.Info, error) {
+// beat sends one heartbeat, unless one is in flight (sent false).
+func (a *Runner) beat(ctx context.Context) (info round.Info, sent bool, err error) {
 	b := a.sh.NextBeat(a.now())
 	if b == nil {
-		return round.Info{}, nil // one in flight
+		return round.Info{}, false, nil
 	}
-	sent := a.deps.Clock.Now()
+	at := a.deps.Clock.Now()
 	r := new(share.BeatReply) // the call's own: one abandoned at its timeout may still write it
-	_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+	_, err = breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, a.deps.Store.ShareBeat(ctx, b, r)
 	})
 	received := a.deps.Clock.Now()
-	info := round.Info{Duration: received.Sub(sent), Err: err}
+	info = round.Info{Duration: received.Sub(at), Err: err}
 	if err != nil {
 		if remote.IsKeyFault(err) {
 			a.sh.Refused("", limit.Limit{}, "the fleet's registry (heartbeats go on failing: the node keeps the fleet it knew)", err)
 		}
 		a.sh.BeatDone(b, nil, err, a.now())
-		return info, err
+		return info, true, err
 	}
-	a.deps.Offset.Observe(sent, time.Unix(0, share.Nanos(r.Now)), received)
+	a.deps.Offset.Observe(at, time.Unix(0, share.Nanos(r.Now)), received)
 	a.sh.BeatDone(b, r, nil, a.now())
 	info.Nodes, info.Keys = r.Nodes, len(b.Contests)
-	return info, nil
+	return info, true, nil
 }
 
 // sendLoop sends the ops ready whenever woken.

@@ -134,7 +134,10 @@ type Shares struct {
 	waiting   []*keyState
 	nextSweep int64
 	// valid is what the engine was last told its grants are good until (µs).
-	valid   int64
+	valid int64
+	// busy counts, as of the last sweep, the keys that hold a grant or
+	// have an op, an intent or a request waiting: BeatDue.
+	busy    int
 	queue   []*keyState // keys with an op to send
 	queued  map[*keyState]bool
 	calls   []share.Contest // registry entries to send with the next beat
@@ -144,10 +147,14 @@ type Shares struct {
 	more    bool  // the registry has more changes to read
 	seq     int64 // the last op sequence number used
 	beating bool  // a beat is in flight
-	wake    func(Wake)
-	pressed []local.Pressed
-	named   map[string]struct{} // what was logged of which key (once)
-	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// beatAt is when the last heartbeat was sent (ns), beatOK whether it
+	// succeeded, firstAt when the first was (ns): BeatDue.
+	beatAt, firstAt int64
+	beatOK          bool
+	wake            func(Wake)
+	pressed         []local.Pressed
+	named           map[string]struct{} // what was logged of which key (once)
+	resets          map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -448,6 +455,45 @@ func (f *fleetView) size() int {
 	return n
 }
 
+// QuietBeat is how often a quiet node beats (BeatDue), unless its interval
+// is longer or its active window shorter than four of them.
+const QuietBeat = 200 * time.Millisecond
+
+// BeatDue reports whether the round at now (ns) should beat. It should,
+// every interval, unless the node is quiet:
+//   - it has read the registry whole and its last heartbeat succeeded;
+//   - it started more than an active window ago (the fleet it started with
+//     is still forming before that: it learns each node that joins from
+//     the channel, and from its heartbeats should a notice be lost);
+//   - nothing is to be sent to the registry or the store, no request waits,
+//     and as of the last sweep no key holds a grant or has an op or an
+//     intent (a contest it holds nothing of needs no heartbeat: a call on
+//     it asks nothing of this node, and should it decide the key again,
+//     its op reads the contest);
+//   - its engine made no decision since about its last heartbeat.
+//
+// A quiet node beats every QuietBeat (or interval, if longer), at most a
+// quarter of the active window apart: its heartbeat then only keeps it in
+// the fleet and backs up the channel by which calls and joins reach it, so
+// an idle node costs Redis about five heartbeats a second whatever its
+// interval. The first decision after a quiet spell makes the next round
+// beat again.
+func (s *Shares) BeatDue(now int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.read || s.more || !s.beatOK || now-s.firstAt < int64(s.cfg.ActiveWindow) ||
+		len(s.calls) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
+		return true
+	}
+	interval := int64(s.cfg.Interval)
+	if now-s.beatAt >= max(interval, min(int64(QuietBeat), int64(s.cfg.ActiveWindow)/4)) {
+		return true
+	}
+	// The engine's clock may trail this one by the offset's last move: a
+	// decision within an interval before the last beat counts as after it.
+	return s.eng.LastActive() >= s.beatAt-interval
+}
+
 // NextBeat returns the heartbeat to send now, with the calls and renewals
 // queued for the registry, or nil when one is in flight.
 func (s *Shares) NextBeat(now int64) *share.Beat {
@@ -456,7 +502,10 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 	if s.beating {
 		return nil
 	}
-	s.beating = true
+	s.beating, s.beatAt = true, now
+	if s.firstAt == 0 {
+		s.firstAt = now
+	}
 	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls}
 	if !s.read {
 		b.From = 0
@@ -470,7 +519,7 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.beating = false
+	s.beating, s.beatOK = false, err == nil
 	if err != nil {
 		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
 		return
@@ -497,6 +546,15 @@ func (s *Shares) Heard(c share.Contest, now int64) {
 		return // the node's first reading of the registry comes first
 	}
 	s.heard(c, false, share.Micros(now))
+}
+
+// Joined applies a node's join published on the fleet's channel: the fleet
+// had nodes at at (µs, the store's clock). The node divides by that many at
+// once, rather than at its next heartbeat: a quiet node beats seldom.
+func (s *Shares) Joined(nodes int, at int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.eng.SetFleet(s.cfg.FleetSize, s.fleet.observe(at, nodes))
 }
 
 // More reports whether the registry has more changes to read: the runner
@@ -786,6 +844,16 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 	}
 }
 
+// call sends a call on ks's contest (the store's answer r) to the registry
+// with the next beat, at once. s.mu is held.
+func (s *Shares) call(ks *keyState, r share.Reply) {
+	ks.called = r.Now
+	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+	if s.wake != nil {
+		s.wake(WakeBeat)
+	}
+}
+
 // queueRetry queues ks's failed op to be sent again. s.mu is held.
 func (s *Shares) queueRetry(ks *keyState) {
 	if !s.queued[ks] {
@@ -903,14 +971,19 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	case share.Wait:
 		s.stats.waits.Add(1)
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
+		if ks.called > 0 && !ks.recalled && us-ks.called >= share.Duration(s.cfg.Interval) {
+			// Its call still unanswered an interval on: a node may not
+			// have heard it (the channel delivers at most once, and a node
+			// at rest reads the registry only every QuietBeat). Published
+			// once more, within the call's window.
+			ks.recalled = true
+			s.call(ks, r)
+		}
 	case share.Call:
 		s.stats.calls.Add(1)
-		ks.called = r.Now
-		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+		ks.recalled = false
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
-		if s.wake != nil {
-			s.wake(WakeBeat)
-		}
+		s.call(ks, r)
 	case share.NoRoom:
 		s.stats.noRoom.Add(1)
 		// Refused over and over, the key is over its limit: it asks less
@@ -993,6 +1066,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 	// every key the node follows: run on every wake, it took a node most
 	// of a core with many keys contested.
 	sweep := now >= s.nextSweep
+	busy := 0
 	keys := s.waiting
 	if sweep {
 		keys = s.orderedKeys()
@@ -1015,6 +1089,9 @@ func (s *Shares) Tick(now int64) (next int64) {
 		ks.waiters = slices.DeleteFunc(ks.waiters, func(w *Waiter) bool { return w.settled })
 		if sweep {
 			valid = s.sweepKey(ks, us, valid)
+		}
+		if sweep && !ks.gone && (ks.grant > 0 || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0) {
+			busy++
 		}
 		switch {
 		case ks.retryAt > us:
@@ -1041,7 +1118,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 			delete(s.resets, kl) // the registry forgot it too
 		}
 	}
-	s.valid = valid
+	s.valid, s.busy = valid, busy
 	s.eng.SetValidUntil(share.Nanos(valid))
 	return share.Nanos(wake)
 }

@@ -60,8 +60,10 @@ type keyState struct {
 	// (µs), Expiry the earliest the contest may end (µs).
 	epoch, grant, leaseEnd, expiry int64
 	// callSeen is the latest call processed (µs), called the latest this
-	// node made itself (a node does not answer its own call).
+	// node made itself (a node does not answer its own call); recalled: it
+	// was published again, unanswered after an interval.
 	callSeen, called int64
+	recalled         bool
 	// joinEpoch is the contest a pending join answers (µs).
 	joinEpoch int64
 	// applied is the Seq of the last op whose answer was applied here.

@@ -1,0 +1,233 @@
+package protocol_test
+
+import (
+	"cmp"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+)
+
+// A node beats every interval while anything goes on, and every QuietBeat
+// (at most a quarter of the active window; at least an interval) when it
+// is quiet:
+// nothing followed, nothing to send, no decision since about its last
+// beat. Each case starts from a node that beat successfully at t0 and made
+// no decision for a second before, its first beat an active window
+// before; it then does what the case says and asks whether the round at
+// t0 + after should beat.
+func TestBeatDue(t *testing.T) {
+	const iv = int64(testInterval)
+	key, lim := "k", limit.PerSecond(10)
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration // zero: testInterval (20 ms)
+		window   time.Duration // ActiveWindow; zero: the default (1 s)
+		setup    func(s *protocol.Shares, eng *local.Engine, t0 int64, fail func(error))
+		after    int64
+		due      bool
+	}{
+		{name: "quiet, one interval on", after: iv, due: false},
+		{name: "quiet, nine intervals on", after: 9 * iv, due: false},
+		{name: "quiet, ten intervals on", after: 10 * iv, due: true},
+		{name: "quiet, a short active window caps the gap", window: 120 * time.Millisecond, after: 30 * time.Millisecond.Nanoseconds(), due: true},
+		{name: "quiet, a 10 ms interval, 190 ms on", interval: 10 * time.Millisecond, after: 190 * time.Millisecond.Nanoseconds(), due: false},
+		{name: "quiet, a 10 ms interval, 200 ms on", interval: 10 * time.Millisecond, after: 200 * time.Millisecond.Nanoseconds(), due: true},
+		{name: "quiet, a 1 s interval beats every interval", interval: time.Second, after: time.Second.Nanoseconds(), due: true},
+		{name: "a decision since the beat", after: iv, due: true,
+			setup: func(s *protocol.Shares, eng *local.Engine, t0 int64, fail func(error)) {
+				if _, err := eng.AllowN(t0+iv/2, key, lim, 1); err != nil {
+					fail(err)
+				}
+			}},
+		{name: "a decision just before the beat", after: iv, due: true,
+			setup: func(s *protocol.Shares, eng *local.Engine, t0 int64, fail func(error)) {
+				if _, err := eng.AllowN(t0-iv/2, key, lim, 1); err != nil {
+					fail(err)
+				}
+			}},
+		{name: "the last beat failed", after: iv, due: true,
+			setup: func(s *protocol.Shares, _ *local.Engine, t0 int64, _ func(error)) {
+				s.BeatDone(s.NextBeat(t0), nil, errors.New("down"), t0)
+			}},
+		{name: "a call for the registry", after: iv, due: true,
+			setup: func(s *protocol.Shares, _ *local.Engine, t0 int64, _ func(error)) {
+				// (the key restarted long before: only the call is new)
+				s.Reset(t0-10*iv, key, lim, t0)
+			}},
+		{name: "a key followed (a contest read)", after: iv, due: true,
+			setup: func(s *protocol.Shares, _ *local.Engine, t0 int64, _ func(error)) {
+				us := share.Micros(t0)
+				b := s.NextBeat(t0)
+				s.BeatDone(b, &share.BeatReply{Now: us, Nodes: 2, Next: us,
+					Changes: []share.Contest{{Key: key, Limit: lim, Epoch: us - 1000, Expiry: us + 3_600_000_000}}}, nil, t0)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newEngine(t)
+			interval := cmp.Or(tc.interval, testInterval)
+			s := protocol.New(protocol.Config{Interval: interval, ActiveWindow: tc.window}, eng)
+			start := time.Unix(1_800_000_000, 0).UnixNano()
+			if !s.BeatDue(start) {
+				t.Fatal("a node that never read the registry must beat")
+			}
+			s.BeatDone(s.NextBeat(start), &share.BeatReply{Now: share.Micros(start), Nodes: 2}, nil, start)
+			window := cmp.Or(tc.window, time.Second).Nanoseconds()
+			if !s.BeatDue(start + window - 1) {
+				t.Fatal("a node in its first active window must beat every round")
+			}
+			t0 := start + window
+			s.BeatDone(s.NextBeat(t0), &share.BeatReply{Now: share.Micros(t0), Nodes: 2}, nil, t0)
+			if tc.setup != nil {
+				tc.setup(s, eng, t0, func(err error) { t.Fatal(err) })
+			}
+			if got := s.BeatDue(t0 + tc.after); got != tc.due {
+				t.Errorf("BeatDue %v after the last beat: %v, want %v", time.Duration(tc.after), got, tc.due)
+			}
+		})
+	}
+}
+
+// A key's contest counts for the heartbeat while the node holds a grant of
+// it, not while it holds nothing there: a node that joined a contest with
+// nothing to report is quiet once the join's answer is in and its engine
+// has been still for an interval; one the store grants room beats every
+// round until the grant goes back.
+func TestBeatDueFollowsGrants(t *testing.T) {
+	const iv = int64(testInterval)
+	key, lim := "k", limit.PerSecond(10)
+	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, newEngine(t))
+	start := time.Unix(1_800_000_000, 0).UnixNano()
+	beat := func(at int64, changes ...share.Contest) {
+		s.BeatDone(s.NextBeat(at), &share.BeatReply{Now: share.Micros(at), Nodes: 2, Next: share.Micros(at), Changes: changes}, nil, at)
+	}
+	beat(start)
+	t0 := start + int64(time.Second) // past the first active window
+	us := share.Micros(t0)
+	epoch := us - 1000
+	beat(t0, share.Contest{Key: key, Limit: lim, Epoch: epoch, CallAt: epoch, Expiry: us + 3_600_000_000})
+	if !s.BeatDue(t0 + iv) {
+		t.Fatal("a join to send: due")
+	}
+	ops := s.NextOps(t0+iv/4, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d, want the join", len(ops))
+	}
+	at := t0 + iv/2
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: epoch, Expiry: us + 3_600_000_000, Now: share.Micros(at)}}, nil, false, at)
+	// Beats while the engine's clock still shows the join's answer.
+	for at = t0 + iv; at <= t0+3*iv; at += iv {
+		s.Tick(at)
+		beat(at)
+	}
+	if s.BeatDue(at) {
+		t.Fatalf("a contest this node holds nothing of, its join answered: quiet (%s)", s.Describe(key, lim))
+	}
+
+	// The node asks and the store grants it the whole key.
+	w, refuse, _ := s.Short(at, at, key, lim, 1, at+int64(time.Second), nil)
+	if refuse || w == nil {
+		t.Fatal("refused")
+	}
+	if !s.BeatDue(at) {
+		t.Fatal("a request waits: due")
+	}
+	ops = s.NextOps(at, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d, want the ask", len(ops))
+	}
+	at += iv / 4
+	aus := share.Micros(at)
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: epoch, Grant: share.One, Growth: share.One,
+		LeaseEnd: aus + 1_000_000, Expiry: aus + 3_600_000_000, Now: aus}}, nil, false, at)
+	for i := 0; i < 5; i++ {
+		at += iv
+		s.Tick(at)
+		beat(at)
+	}
+	if !s.BeatDue(at + iv) {
+		t.Fatalf("a grant held: due every round (%s)", s.Describe(key, lim))
+	}
+}
+
+// A call the store still waits on an interval later is published once more:
+// the channel delivers at most once, and a node at rest that missed it
+// would read it from the registry only at its next quiet beat, after the
+// call's window (two intervals) has passed and the asker is refused. In the
+// simulation, where one message in fifty is lost, this took the requests
+// refused within the limit from 9,385 to 6,477 over 4,500 scenarios.
+func TestAnUnansweredCallIsPublishedAgain(t *testing.T) {
+	const iv = int64(testInterval)
+	key, lim := "k", limit.PerSecond(10)
+	s, _, now := newShortShares(t, 2, key, lim)
+	w, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+	if refuse || w == nil {
+		t.Fatal("refused")
+	}
+	epoch := share.Micros(now)
+	reply := func(at int64, o share.Outcome) {
+		ops := s.NextOps(at, 0)
+		if len(ops) != 1 {
+			t.Fatalf("ops %d at %v", len(ops), time.Duration(at-now))
+		}
+		s.OpsDone(ops, []share.Reply{{Outcome: o, Epoch: epoch, Expiry: epoch + 3_000_000, Now: share.Micros(at)}}, nil, false, at)
+	}
+	calls := func(at int64) []int64 {
+		b := s.NextBeat(at)
+		s.BeatDone(b, &share.BeatReply{Now: share.Micros(at), Nodes: 2}, nil, at)
+		var out []int64
+		for _, c := range b.Contests {
+			if c.CallAt > 0 {
+				out = append(out, c.CallAt)
+			}
+		}
+		return out
+	}
+	reply(now, share.Call)
+	if got := calls(now); len(got) != 1 {
+		t.Fatalf("the call: %v", got)
+	}
+	for i, tc := range []struct {
+		after int64
+		want  int // calls the beat carries
+	}{
+		{iv / 2, 0},     // within an interval: the others have it in hand
+		{iv + 1, 1},     // an interval on, still waiting: once more
+		{iv * 3 / 2, 0}, // not a third time
+	} {
+		at := now + tc.after
+		s.Tick(at)
+		if _, refuse, _ := s.Short(at, now, key, lim, 1, now+int64(time.Second), nil); refuse { // the request asks again
+			t.Fatalf("step %d: refused", i)
+		}
+		reply(at, share.Wait)
+		if got := calls(at); len(got) != tc.want {
+			t.Errorf("step %d (%v after the call): the beat carries calls %v, want %d", i, time.Duration(tc.after), got, tc.want)
+		}
+	}
+}
+
+// A join heard on the channel makes the node divide by the larger fleet at
+// once, not at its next heartbeat; a smaller fleet heard later does not
+// shrink it within the active window.
+func TestAJoinHeardDividesAtOnce(t *testing.T) {
+	eng := newEngine(t)
+	s := protocol.New(protocol.Config{Interval: testInterval}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 2}, nil, now)
+	if got := eng.Fleet(); got != 2 {
+		t.Fatalf("fleet %d after the beat, want 2", got)
+	}
+	s.Joined(3, share.Micros(now)+1000)
+	if got := eng.Fleet(); got != 3 {
+		t.Errorf("fleet %d after a join was heard, want 3", got)
+	}
+	s.Joined(2, share.Micros(now)+2000)
+	if got := eng.Fleet(); got != 3 {
+		t.Errorf("fleet %d after a smaller fleet was heard within the active window, want 3", got)
+	}
+}
