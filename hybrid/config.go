@@ -108,7 +108,10 @@ type Config struct {
 	// mode no node's even split of a key is larger than one over it (a
 	// node that has not yet heard every other's first heartbeat may
 	// otherwise divide by a smaller fleet). Zero means the most nodes seen
-	// active in Redis within the active window. A node that starts while
+	// active in Redis within the active window; then New, in Async mode,
+	// waits two sync intervals (at most 100 ms) after the node's first
+	// heartbeat and beats again, so that a fleet started together divides
+	// by the nodes started with it. A node that starts while
 	// Redis is down has seen nothing: with StartDegraded and the
 	// Conservative fallback it needs FleetSize to start at all.
 	FleetSize int

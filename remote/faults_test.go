@@ -105,12 +105,12 @@ func TestLeastPrivilegedUserWorksAndRecovers(t *testing.T) {
 	// Async mode's share protocol: an op, a heartbeat that calls, and the
 	// call heard on the channel.
 	heard := make(chan share.Contest, 1)
-	stop := s.SubscribeCalls(bg, func(c share.Contest) {
+	stop := s.SubscribeCalls(bg, CallListener{Heard: func(c share.Contest) {
 		select {
 		case heard <- c:
 		default:
 		}
-	}, nil)
+	}})
 	defer stop()
 	time.Sleep(50 * time.Millisecond) // the subscription reaches Redis
 	replies := make([]share.Reply, 1)

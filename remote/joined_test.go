@@ -33,7 +33,8 @@ func TestAJoinIsPublished(t *testing.T) {
 	}
 	joins := make(chan join, 16)
 	calls := make(chan share.Contest, 16)
-	stop := stores[0].SubscribeCalls(ctx, func(c share.Contest) { calls <- c }, func(nodes int, at int64) { joins <- join{nodes, at} })
+	stop := stores[0].SubscribeCalls(ctx, CallListener{Heard: func(c share.Contest) { calls <- c },
+		Joined: func(nodes int, at int64) { joins <- join{nodes, at} }})
 	defer stop()
 	time.Sleep(50 * time.Millisecond) // the subscription reaches Redis
 
@@ -73,4 +74,29 @@ func TestAJoinIsPublished(t *testing.T) {
 		t.Errorf("a join published for a node already in the fleet: %+v", j)
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// The subscription is confirmed at first, and again after its connection
+// dropped and go-redis made it again: the node then knows what was
+// published meanwhile was lost, and reads the registry.
+func TestASubscriptionMadeAgainIsTold(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s, err := New(c, Options{Prefix: "resub:"})
+	require.NoError(t, err)
+	subscribed := make(chan struct{}, 4)
+	stop := s.SubscribeCalls(context.Background(), CallListener{Subscribed: func() { subscribed <- struct{}{} }})
+	defer stop()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-subscribed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the subscription was not confirmed", what)
+		}
+	}
+	wait("at first")
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err())
+	wait("after its connection was killed")
 }

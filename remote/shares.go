@@ -192,22 +192,45 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 // callsChannel is the channel calls are published on.
 func (s *Store) callsChannel() string { return s.prefix + "{fleet}:calls" }
 
-// SubscribeCalls hears the calls the nodes publish (the fast path of a
-// call, ahead of the registry the heartbeats read) and hands each to heard,
-// and each node that joins the fleet to joined (the fleet's size then, and
-// the store's time, µs), on a goroutine of its own, until stop is called.
-// What is lost on the way (a dropped connection, which go-redis makes
-// again) is read at the next heartbeat all the same.
-func (s *Store) SubscribeCalls(ctx context.Context, heard func(share.Contest), joined func(nodes int, at int64)) (stop func()) {
+// CallListener is told what the nodes publish on the fleet's channel.
+// Nil fields are not told.
+type CallListener struct {
+	// Heard is told each call (and reset) published.
+	Heard func(share.Contest)
+	// Joined is told each node that joins the fleet: the fleet's size
+	// then, and the store's time (µs).
+	Joined func(nodes int, at int64)
+	// Subscribed is told each time the subscription is confirmed: at
+	// first, and again after go-redis has made a dropped connection again
+	// (what was published meanwhile is lost: read it from the registry).
+	// Until it is first told, the channel may not be heard at all (a
+	// proxy without pub/sub, an ACL that denies SUBSCRIBE).
+	Subscribed func()
+}
+
+// SubscribeCalls hears what the nodes publish (the fast path of a call,
+// ahead of the registry the heartbeats read, and the nodes that join) and
+// tells l, on a goroutine of its own, until stop is called. What is lost
+// on the way is read at the next heartbeat all the same.
+func (s *Store) SubscribeCalls(ctx context.Context, l CallListener) (stop func()) {
 	ps := s.client.Subscribe(ctx, s.callsChannel())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for msg := range ps.Channel() {
-			if c, ok := parseCall(msg.Payload); ok {
-				heard(c)
-			} else if nodes, at, ok := parseJoined(msg.Payload); ok && joined != nil {
-				joined(nodes, at)
+		for msg := range ps.ChannelWithSubscriptions() {
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" && l.Subscribed != nil {
+					l.Subscribed()
+				}
+			case *redis.Message:
+				if c, ok := parseCall(m.Payload); ok {
+					if l.Heard != nil {
+						l.Heard(c)
+					}
+				} else if nodes, at, ok := parseJoined(m.Payload); ok && l.Joined != nil {
+					l.Joined(nodes, at)
+				}
 			}
 		}
 	}()

@@ -367,8 +367,9 @@ type node struct {
 	off  *clock.Offset
 
 	up          bool
-	ready       bool // its first heartbeat succeeded
-	cut         bool // partitioned from the store
+	ready       bool          // its first heartbeat succeeded (after StartSettle, one sent then)
+	settleAt    time.Duration // when its start's second heartbeat is sent (StartSettle; zero: not yet set)
+	cut         bool          // partitioned from the store
 	pausedUntil time.Duration
 	parked      []func() // what arrived while paused
 	unready     []func() // requests that arrived before its first heartbeat
@@ -543,7 +544,7 @@ func (nd *node) beat() {
 		return
 	}
 	nd.beating = true
-	sent := nd.local()
+	sent, sentAt := nd.local(), nd.s.now
 	nd.s.call(nd, func(now int64) any {
 		r := nd.s.store.Beat(now, nd.id, *b)
 		nd.s.publish(nd, b.Contests)
@@ -566,11 +567,17 @@ func (nd *node) beat() {
 		nd.gate(func() {
 			nd.sh.BeatDone(b, r, err, nd.mapped())
 			if err == nil && !nd.ready {
-				nd.ready = true
-				for _, fn := range nd.unready {
-					fn()
+				if wait := nd.sh.StartSettle(); wait > 0 && nd.settleAt == 0 {
+					nd.settleAt = nd.s.now + wait
+					nd.s.at(nd.settleAt, func() { nd.gate(nd.beat) })
+				} else if sentAt >= nd.settleAt {
+					nd.ready = true
+					nd.sh.Subscribed(nd.mapped()) // the simulated channel never drops a subscription
+					for _, fn := range nd.unready {
+						fn()
+					}
+					nd.unready = nil
 				}
-				nd.unready = nil
 			}
 			nd.tick()
 			nd.send()

@@ -30,7 +30,7 @@ import (
 type Store interface {
 	ShareOps(ctx context.Context, set share.Settings, ops []share.Op, replies []share.Reply) error
 	ShareBeat(ctx context.Context, b *share.Beat, r *share.BeatReply) error
-	SubscribeCalls(ctx context.Context, heard func(share.Contest), joined func(nodes int, at int64)) (stop func())
+	SubscribeCalls(ctx context.Context, l remote.CallListener) (stop func())
 	AddToLedgers(ctx context.Context, entries []remote.LedgerEntry, errs []error) error
 }
 
@@ -144,6 +144,9 @@ const (
 	// faultRetry is how long a key the store refuses waits before it is
 	// tried again.
 	faultRetry = 5 * time.Second
+	// unheardAfter is how long after Run starts a channel never subscribed
+	// is logged.
+	unheardAfter = 5 * time.Second
 )
 
 // spent counts spend the protocol took from the engine into the ledger.
@@ -175,10 +178,35 @@ func (a *Runner) now() int64 { return a.deps.Offset.Map(a.deps.Clock.Now()) }
 
 // Start beats the node's first heartbeat, bounded by ctx alone: the fleet
 // learns of the node, and the node learns the fleet, the contested keys and
-// Redis's clock before it decides anything.
+// Redis's clock before it decides anything. Without FleetSize it then
+// waits StartSettle (within ctx's deadline) and beats again, so that it
+// divides by the nodes started with it.
 func (a *Runner) Start(ctx context.Context) error {
 	a.Starting.Store(true)
 	defer a.Starting.Store(false)
+	if err := a.read(ctx); err != nil {
+		return err
+	}
+	wait := a.sh.StartSettle()
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl))
+	}
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil // the fleet as first read
+	case <-t.C:
+	}
+	_ = a.read(ctx) // should it fail, the first reading stands, and Run beats on
+	return nil
+}
+
+// read beats until the registry's changes are read whole.
+func (a *Runner) read(ctx context.Context) error {
 	for {
 		info, sent, err := a.beat(ctx)
 		if sent {
@@ -194,8 +222,19 @@ func (a *Runner) Start(ctx context.Context) error {
 // at once when a call must reach the registry), ops as soon as they are
 // ready, the protocol's timers, and the calls other nodes publish.
 func (a *Runner) Run(ctx context.Context) {
-	stop := a.deps.Store.SubscribeCalls(ctx, func(c share.Contest) { a.sh.Heard(c, a.now()) }, a.sh.Joined)
+	stop := a.deps.Store.SubscribeCalls(ctx, remote.CallListener{
+		Heard:      func(c share.Contest) { a.sh.Heard(c, a.now()) },
+		Joined:     a.sh.Joined,
+		Subscribed: func() { a.sh.Subscribed(a.now()) },
+	})
 	defer stop()
+	deaf := time.AfterFunc(unheardAfter, func() {
+		if !a.sh.Listening() {
+			a.log.Warn("async: the fleet's channel is not heard (pub/sub denied or unavailable): this node beats every interval, at rest too, to read calls from the registry in time",
+				"channel_unheard_for", unheardAfter, "interval", a.cfg.Interval)
+		}
+	})
+	defer deaf.Stop()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.sendLoop(ctx) }()

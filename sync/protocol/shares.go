@@ -148,13 +148,15 @@ type Shares struct {
 	seq     int64 // the last op sequence number used
 	beating bool  // a beat is in flight
 	// beatAt is when the last heartbeat was sent (ns), beatOK whether it
-	// succeeded, firstAt when the first was (ns): BeatDue.
-	beatAt, firstAt int64
-	beatOK          bool
-	wake            func(Wake)
-	pressed         []local.Pressed
-	named           map[string]struct{} // what was logged of which key (once)
-	resets          map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// succeeded, firstAt when the first succeeded (ns, the store's clock);
+	// listening: the channel's subscription was confirmed, last at
+	// subscribedAt (ns): BeatDue.
+	beatAt, firstAt, subscribedAt int64
+	beatOK, listening             bool
+	wake                          func(Wake)
+	pressed                       []local.Pressed
+	named                         map[string]struct{} // what was logged of which key (once)
+	resets                        map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -462,6 +464,9 @@ const QuietBeat = 200 * time.Millisecond
 // BeatDue reports whether the round at now (ns) should beat. It should,
 // every interval, unless the node is quiet:
 //   - it has read the registry whole and its last heartbeat succeeded;
+//   - it hears the channel: its subscription was confirmed (Subscribed),
+//     not within the last call window (two intervals: what was published
+//     while it was not subscribed is read from the registry meanwhile);
 //   - it started more than an active window ago (the fleet it started with
 //     is still forming before that: it learns each node that joins from
 //     the channel, and from its heartbeats should a notice be lost);
@@ -481,11 +486,12 @@ const QuietBeat = 200 * time.Millisecond
 func (s *Shares) BeatDue(now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	interval := int64(s.cfg.Interval)
 	if !s.read || s.more || !s.beatOK || now-s.firstAt < int64(s.cfg.ActiveWindow) ||
+		!s.listening || now-s.subscribedAt < 2*interval ||
 		len(s.calls) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
 		return true
 	}
-	interval := int64(s.cfg.Interval)
 	if now-s.beatAt >= max(interval, min(int64(QuietBeat), int64(s.cfg.ActiveWindow)/4)) {
 		return true
 	}
@@ -503,9 +509,6 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 		return nil
 	}
 	s.beating, s.beatAt = true, now
-	if s.firstAt == 0 {
-		s.firstAt = now
-	}
 	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls}
 	if !s.read {
 		b.From = 0
@@ -520,6 +523,9 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.beating, s.beatOK = false, err == nil
+	if err == nil && s.firstAt == 0 {
+		s.firstAt = now // the store's clock, as the reply just mapped it
+	}
 	if err != nil {
 		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
 		return
@@ -550,12 +556,48 @@ func (s *Shares) Heard(c share.Contest, now int64) {
 
 // Joined applies a node's join published on the fleet's channel: the fleet
 // had nodes at at (µs, the store's clock). The node divides by that many at
-// once, rather than at its next heartbeat: a quiet node beats seldom.
+// once, rather than at its next heartbeat: a quiet node beats seldom. A
+// notice only ever grows the fleet: after Redis restarted empty the nodes
+// join again one by one, and a node whose breaker is still open (it
+// decides in one over the fleet, and its heartbeats wait) must not take
+// their count so far for the fleet.
 func (s *Shares) Joined(nodes int, at int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.eng.SetFleet(s.cfg.FleetSize, s.fleet.observe(at, nodes))
+	if nodes > s.fleet.size() {
+		s.eng.SetFleet(s.cfg.FleetSize, s.fleet.observe(at, nodes))
+	}
 }
+
+// StartSettle is how long a node that starts without FleetSize waits after
+// its first heartbeat, before it decides anything, to beat again: a fleet
+// started together is still forming, and each node that read the fleet
+// before the others joined would otherwise spend an even split of the
+// fleet it saw (one over one, one over two...), together up to the limit
+// times the harmonic number of the fleet's size. Two intervals, at most
+// 100 ms: the nodes started with it have beaten by then. Zero with
+// FleetSize: the node divides by it from the start.
+func (s *Shares) StartSettle() time.Duration {
+	if s.cfg.FleetSize > 0 {
+		return 0
+	}
+	return min(2*s.cfg.Interval, 100*time.Millisecond)
+}
+
+// Subscribed records that the node's subscription to the fleet's channel
+// was confirmed at now (ns): at first, or again after a dropped connection,
+// whose gap lost what was published meanwhile. Until the first, and for a
+// call window after each, the node beats every interval (BeatDue), so that
+// it reads from the registry what the channel did not bring.
+func (s *Shares) Subscribed(now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listening, s.subscribedAt = true, now
+}
+
+// Listening reports whether the node's subscription to the fleet's
+// channel was ever confirmed (Subscribed).
+func (s *Shares) Listening() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.listening }
 
 // More reports whether the registry has more changes to read: the runner
 // beats again at once.
@@ -844,11 +886,11 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 	}
 }
 
-// call sends a call on ks's contest (the store's answer r) to the registry
-// with the next beat, at once. s.mu is held.
-func (s *Shares) call(ks *keyState, r share.Reply) {
-	ks.called = r.Now
-	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+// call sends a call at (µs) on ks's contest epoch to the registry with the
+// next beat, at once. s.mu is held.
+func (s *Shares) call(ks *keyState, epoch, at, expiry int64) {
+	ks.called = at
+	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: epoch, CallAt: at, Expiry: expiry})
 	if s.wake != nil {
 		s.wake(WakeBeat)
 	}
@@ -971,19 +1013,23 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	case share.Wait:
 		s.stats.waits.Add(1)
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
-		if ks.called > 0 && !ks.recalled && us-ks.called >= share.Duration(s.cfg.Interval) {
+		if age := us - ks.called; ks.called > 0 && !ks.recalled && r.Epoch == ks.callEpoch &&
+			age >= share.Duration(s.cfg.Interval) && age < 2*share.Duration(s.cfg.Interval) {
 			// Its call still unanswered an interval on: a node may not
 			// have heard it (the channel delivers at most once, and a node
-			// at rest reads the registry only every QuietBeat). Published
-			// once more, within the call's window.
+			// at rest reads the registry only every QuietBeat). Called
+			// once more, within the call's window: the nodes that heard
+			// the first give what they can spare again. (Republishing the
+			// first call as it was, which they ignore, refused a third
+			// more requests within the limit in the simulation.)
 			ks.recalled = true
-			s.call(ks, r)
+			s.call(ks, r.Epoch, r.Now, r.Expiry)
 		}
 	case share.Call:
 		s.stats.calls.Add(1)
-		ks.recalled = false
+		ks.recalled, ks.callEpoch = false, r.Epoch
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
-		s.call(ks, r)
+		s.call(ks, r.Epoch, r.Now, r.Expiry)
 	case share.NoRoom:
 		s.stats.noRoom.Add(1)
 		// Refused over and over, the key is over its limit: it asks less

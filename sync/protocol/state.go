@@ -60,10 +60,11 @@ type keyState struct {
 	// (µs), Expiry the earliest the contest may end (µs).
 	epoch, grant, leaseEnd, expiry int64
 	// callSeen is the latest call processed (µs), called the latest this
-	// node made itself (a node does not answer its own call); recalled: it
-	// was published again, unanswered after an interval.
-	callSeen, called int64
-	recalled         bool
+	// node made itself (a node does not answer its own call), in contest
+	// callEpoch; recalled: it was published again, unanswered after an
+	// interval.
+	callSeen, called, callEpoch int64
+	recalled                    bool
 	// joinEpoch is the contest a pending join answers (µs).
 	joinEpoch int64
 	// applied is the Seq of the last op whose answer was applied here.
