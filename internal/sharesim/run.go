@@ -265,26 +265,24 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 		if c.CallAt == 0 && c.Reset == 0 {
 			continue // a renewal of the registry, not a call
 		}
-		for _, nd := range s.nodes {
-			if nd == from || !nd.up || nd.cut || s.rng.IntN(50) == 0 {
-				continue
-			}
-			s.at(s.now+s.hop(), func() {
-				nd.gate(func() {
-					if nd.cut || !nd.ready {
-						return
-					}
-					s.trace(c.Key, "node %d hears %+v", nd.idx, c)
-					nd.sh.Heard(c, nd.mapped())
-				})
-			})
-		}
+		s.broadcast(from, func(nd *node) {
+			s.trace(c.Key, "node %d hears %+v", nd.idx, c)
+			nd.sh.Heard(c, nd.mapped())
+		})
 	}
 }
 
 // publishJoin delivers a node's join (the fleet had nodes at at, µs) as
 // publish delivers a call.
 func (s *sim) publishJoin(from *node, nodes int, at int64) {
+	s.broadcast(from, func(nd *node) { nd.sh.Joined(nodes, at) })
+}
+
+// broadcast delivers a message from a node to every other node up, a hop
+// later, as the store's pub/sub does: hear runs on each node it reaches,
+// at most once, not on a node cut off from the store (nor, one time in
+// fifty, at all).
+func (s *sim) broadcast(from *node, hear func(nd *node)) {
 	for _, nd := range s.nodes {
 		if nd == from || !nd.up || nd.cut || s.rng.IntN(50) == 0 {
 			continue
@@ -294,7 +292,7 @@ func (s *sim) publishJoin(from *node, nodes int, at int64) {
 				if nd.cut || !nd.ready {
 					return
 				}
-				nd.sh.Joined(nodes, at)
+				hear(nd)
 			})
 		})
 	}

@@ -188,9 +188,6 @@ func (a *Runner) Start(ctx context.Context) error {
 		return err
 	}
 	wait := a.sh.StartSettle()
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl))
-	}
 	if wait <= 0 {
 		return nil
 	}
@@ -198,7 +195,7 @@ func (a *Runner) Start(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return nil // the fleet as first read
+		return nil // the fleet as first read, by ctx's deadline
 	case <-t.C:
 	}
 	_ = a.read(ctx) // should it fail, the first reading stands, and Run beats on

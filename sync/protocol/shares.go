@@ -1136,7 +1136,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 		if sweep {
 			valid = s.sweepKey(ks, us, valid)
 		}
-		if sweep && !ks.gone && (ks.grant > 0 || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0) {
+		if sweep && !ks.gone && ks.busy() {
 			busy++
 		}
 		switch {

@@ -124,6 +124,12 @@ func (ks *keyState) want() int64 {
 	return w
 }
 
+// busy reports whether the key holds a grant or has an op, an intent or a
+// request waiting: the node beats every interval while one is (BeatDue).
+func (ks *keyState) busy() bool {
+	return ks.grant > 0 || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
+}
+
 // idle reports whether the key has nothing in flight, nothing pending and
 // nothing waiting: a key in phase even and idle has no reason to be here.
 func (ks *keyState) idle() bool {
