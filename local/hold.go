@@ -165,11 +165,14 @@ func (e *Engine) GrowBy(now int64, key string, lim limit.Limit, growth Share, po
 	if !en.pol.lim.Algorithm.IsBucket() {
 		sh.rollWindow(key, en, now)
 	}
-	en.set(flagContested)
+	// What the node holds, as Snapshot reported it: nothing of a pooled
+	// key's even split (it never decided in it), whose fresh state must not
+	// join the growth's.
 	g := int64(en.share)
-	if en.has(flagEmpty) {
+	if en.has(flagEmpty) || !en.has(flagContested) && pooled(en.pol, en.share) {
 		g = 0
 	}
+	en.set(flagContested)
 	d := min(int64(growth), int64(ShareOne)-g)
 	if d <= 0 {
 		return true

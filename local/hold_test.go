@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
 )
 
 // asksEngine is an engine in Asks mode (Async's share protocol) dividing
@@ -105,4 +106,27 @@ func TestReservationsMoveTheShadow(t *testing.T) {
 	snap, ok := e.Snapshot(t0, "k", lim)
 	require.True(t, ok)
 	assert.Equal(t, 3*int64(lim.Interval()), snap.Shadow.Level, "three requests in the exact bucket's level")
+}
+
+// A pooled key (its even split cannot hold one request, so the node holds
+// none of it) grown the whole limit takes the pool's state whole: the even
+// split it never decided in adds no fresh room. It did: a pinned client at
+// 1/s on one node of three was admitted again 0.67 s after its first
+// request, its home's level two thirds of the pool's.
+func TestAPooledKeyGrownWholeTakesThePoolsState(t *testing.T) {
+	const t0 = int64(1_800_000_000_000_000_000)
+	e := asksEngine(t, 3, t0+int64(time.Hour))
+	lim := limit.PerSecond(1)
+	_, err := e.AllowN(t0, "client", lim, 1)
+	require.ErrorIs(t, err, ErrShort, "pooled: the node holds none of it")
+	spentOne := share.State{Level: int64(time.Second)} // the pool served one request at t0
+	require.True(t, e.GrowBy(t0, "client", lim, ShareOne, spentOne))
+	for _, tc := range []struct {
+		after time.Duration
+		want  bool
+	}{{700 * time.Millisecond, false}, {990 * time.Millisecond, false}, {time.Second, true}} {
+		peek, err := e.PeekN(t0+int64(tc.after), "client", lim, 1)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, peek.Allowed, "%v after the served request", tc.after)
+	}
 }
