@@ -16,6 +16,7 @@ var (
 	seedFlag  = flag.Int64("seed", shortFrom, "the scenario TestReplay plays, and the first TestSearch plays")
 	traceFlag = flag.String("story", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
 	countFlag = flag.Int("sim.count", shortCount, "how many scenarios TestSearch plays (make verify: 10,000)")
+	showFlag  = flag.Int("sim.show", 20, "how many failing scenarios TestSearch prints")
 )
 
 // TestReplay plays one seed and prints what happened.
@@ -98,7 +99,7 @@ func TestSearch(t *testing.T) {
 		for _, c := range res.Classes {
 			classes[c] = append(classes[c], res.Scenario.Seed)
 		}
-		if shown < 20 {
+		if shown < *showFlag {
 			shown++
 			t.Log(res.Summary())
 		}
