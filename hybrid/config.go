@@ -170,6 +170,16 @@ type Config struct {
 	// the key's pool, as wholly spent. Grants never add up to more than the
 	// whole limit (docs/protocol.md). Zero means 50 intervals, at least 1 s.
 	Lease time.Duration
+	// HomeLease is how long, in Async mode, a home holds unless renewed: a
+	// key only one node uses is granted whole to that node, which decides
+	// it from memory, refusals included, while its requests come less than
+	// half a HomeLease apart (renewing it every half HomeLease while used,
+	// one small op). Another node that asks for the key ends the home
+	// within a round trip, and a node that stops beating (a crash, a
+	// partition from Redis) uses none of its grants an ActiveWindow after
+	// its last heartbeat: the others have them then, whatever the lease.
+	// Zero means 20 s, at least Lease.
+	HomeLease time.Duration
 	// Ledger keeps, in Async mode, every key's ledger in Redis: what the
 	// fleet admitted on it, read back with remote.Store.AsyncLedger, for
 	// usage accounting and audits. It costs Redis a small write per key
@@ -317,6 +327,7 @@ func (c *Config) validate() error {
 		{"BreakerOpenFor", c.BreakerOpenFor, 0},
 		{"ActiveWindow", c.ActiveWindow, time.Millisecond},
 		{"Lease", c.Lease, time.Millisecond},
+		{"HomeLease", c.HomeLease, time.Millisecond},
 		{"LedgerTTL", c.LedgerTTL, 0},
 		{"ShortLease", c.ShortLease, time.Millisecond},
 		{"StartupTimeout", c.StartupTimeout, 0},

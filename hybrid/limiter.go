@@ -144,6 +144,7 @@ func (l *Limiter) connect() error {
 			Interval:     cfg.SyncInterval,
 			AskWait:      cfg.AskWait,
 			Lease:        cfg.Lease,
+			HomeLease:    cfg.HomeLease,
 			ActiveWindow: cfg.ActiveWindow,
 			FleetSize:    cfg.FleetSize,
 			MaxPending:   cfg.MaxPending,

@@ -45,7 +45,7 @@ func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.shares, args: []any{s.node, set.Lease, set.CallWindow, set.Cooldown, set.Recovery}}
+			cur = &call{script: s.scripts.shares, args: settingsArgs(s.node, set)}
 			calls = append(calls, cur)
 		}
 		cur.keys = append(cur.keys, asyncKey(s.prefix, op.Limit, op.Key))
@@ -60,6 +60,17 @@ func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op
 		readReplies(c, ops, replies)
 	}
 	return roundError(replies, func(r share.Reply) error { return r.Err })
+}
+
+// settingsArgs are shares.lua's arguments before the ops': the node, the
+// settings, and the departures it knows of.
+func settingsArgs(node string, set share.Settings) []any {
+	args := make([]any, 0, 7+2*len(set.Gone))
+	args = append(args, node, set.Lease, set.CallWindow, set.Cooldown, set.Recovery, max(set.HomeLease, set.Lease), len(set.Gone))
+	for _, g := range set.Gone {
+		args = append(args, g.Node, g.At)
+	}
+	return args
 }
 
 // sharedParams returns op's limit in the store's units, or why it cannot be
@@ -155,7 +166,7 @@ func (s *Store) beatCall(b *share.Beat) *call {
 	if most <= 0 {
 		most = math.MaxInt32 // no limit on the changes returned
 	}
-	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel()}
+	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel(), b.GoneKeep}
 	for _, c := range b.Contests {
 		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry, c.Reset)
 	}
@@ -172,22 +183,29 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 		return classify("heartbeat", "", err)
 	}
 	*r = share.BeatReply{Now: head[0], Nodes: int(head[1]), New: head[2] == 1, Next: head[3], More: head[4] == 1,
-		Changes: r.Changes[:0]}
+		Changes: r.Changes[:0], Gone: r.Gone[:0]}
 	rest := c.vals[5:]
 	for i := 0; i+4 < len(rest); i += 5 {
 		member, _ := rest[i].(string)
-		key, lim, ok := parseClaimMember(member)
-		if !ok {
-			continue // not ours (another version's member): ignored
-		}
 		t, err := ints(rest[i+1:i+5], 4)
 		if err != nil {
 			return classify("heartbeat", "", err)
+		}
+		if id, ok := strings.CutPrefix(member, goneMember); ok {
+			r.Gone = append(r.Gone, share.Departure{Node: id, At: t[0]})
+			continue
+		}
+		key, lim, ok := parseClaimMember(member)
+		if !ok {
+			continue // not ours (another version's member): ignored
 		}
 		r.Changes = append(r.Changes, share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]})
 	}
 	return nil
 }
+
+// goneMember prefixes a departure's registry member (registry.lua).
+const goneMember = "gone|"
 
 // callsChannel is the channel calls are published on.
 func (s *Store) callsChannel() string { return s.prefix + "{fleet}:calls" }

@@ -29,20 +29,22 @@ var conformCount = flag.Int("conform.count", 12, "how many simulated scenarios T
 func TestShareScriptsConform(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	ops := 0
+	ops, gone, goneOps := 0, 0, 0
 	for seed := int64(1); seed <= int64(*conformCount); seed++ {
 		require.NoError(t, c.FlushAll(context.Background()).Err())
 		sc := sharesim.Generate(seed)
 		st := &dualStore{t: t, seed: seed, c: c, model: storemodel.New(share.Duration(sc.ActiveWindow)),
 			nodes: map[string]*remote.Store{}, active: sc.ActiveWindow}
 		sharesim.RunOn(sc, st)
-		ops += st.ops
+		ops, gone, goneOps = ops+st.ops, gone+st.gone, goneOps+st.goneOps
 		if testing.Verbose() {
 			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
 		}
 	}
 	require.Positive(t, ops, "the scenarios sent no op")
-	t.Logf("%d ops agreed", ops)
+	// Nodes that crash or leave: their departures read and sent with ops.
+	require.Positive(t, goneOps, "no op was sent knowing of a departure (%d read)", gone)
+	t.Logf("%d ops agreed, %d of them sent knowing of a departure (%d read)", ops, goneOps, gone)
 }
 
 // TestShareScriptsReadAnEarlierReleasesContests is the same with every
@@ -75,6 +77,9 @@ type dualStore struct {
 	nodes      map[string]*remote.Store
 	active     time.Duration
 	ops, beats int
+	// gone counts the departures heartbeats read, goneOps the ops sent
+	// while their node knew of one.
+	gone, goneOps int
 	// downgrade writes each contest's header back as the previous release
 	// wrote it (17 values, no sums) after every op.
 	downgrade bool
@@ -115,6 +120,9 @@ func (d *dualStore) Ops(now int64, node string, set share.Settings, ops []share.
 		}
 	}
 	d.ops += len(ops)
+	if len(set.Gone) > 0 {
+		d.goneOps += len(ops)
+	}
 	if d.downgrade {
 		for _, op := range ops {
 			k := d.node(node).ShareKey(op.Key, op.Limit)
@@ -135,6 +143,7 @@ func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {
 		d.t.Fatalf("seed %d, at %d µs, node %s, beat %+v\nmodel: %s\nredis: %s", d.seed, now, node, b, m, r)
 	}
 	d.beats++
+	d.gone += len(want.Gone)
 	return want
 }
 
@@ -143,6 +152,9 @@ func beatString(r share.BeatReply) string {
 	s := fmt.Sprintf("now=%d nodes=%d new=%v next=%d more=%v", r.Now, r.Nodes, r.New, r.Next, r.More)
 	for _, c := range r.Changes {
 		s += fmt.Sprintf(" [%s %s %d %d %d]", c.Key, c.Limit.Canonical(), c.Epoch, c.CallAt, c.Expiry)
+	}
+	for _, g := range r.Gone {
+		s += fmt.Sprintf(" [gone %s %d]", g.Node, g.At)
 	}
 	return s
 }

@@ -168,6 +168,24 @@ type Settings struct {
 	// unreported, or a contest the store lost, is held back that much
 	// longer than a lease before the pool lends it again.
 	Recovery int64
+	// HomeLease is how long a grant of the whole key (a home: nobody else
+	// holds or asks for any of it) holds without being renewed; zero means
+	// Lease. It may be long: a home outlives its node only while nobody
+	// knows the node has gone (Gone).
+	HomeLease int64
+	// Gone are the nodes this node knows left the fleet (their last
+	// heartbeat older than the active window), each with when the registry
+	// found it: a node that beats no more uses no grant (it stops an active
+	// window after its last heartbeat), so what it held and has not
+	// reported since lapses then, whatever its lease.
+	Gone []Departure
+}
+
+// Departure is a node that left the fleet at At (µs, the store's clock):
+// its last heartbeat was an active window old, or it left as it closed.
+type Departure struct {
+	Node string
+	At   int64
 }
 
 // Contest is a contested key's entry in the registry every node reads at its
@@ -198,6 +216,9 @@ type Beat struct {
 	Contests []Contest
 	// Leave takes the node out of the fleet (it is closing).
 	Leave bool
+	// GoneKeep is how long the registry keeps a node's departure (µs): at
+	// least the longest lease, after which whatever it held has lapsed.
+	GoneKeep int64
 }
 
 // BeatReply is the fleet's answer to a heartbeat.
@@ -214,6 +235,8 @@ type BeatReply struct {
 	Changes []Contest
 	Next    int64
 	More    bool
+	// Gone are the departures among the changes, in order.
+	Gone []Departure
 }
 
 // Micros returns ns as µs, rounded down: a time for the store.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
@@ -212,6 +213,14 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		// A new contest. Every other node of the fleet holds an even split,
 		// unless the key is pooled; the creator holds what it says.
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
+		if op.AskedAt > 0 && op.AskedAt < now {
+			// A new contest's pool is the part of the limit nobody held:
+			// as full when the request waiting on it was made (up to a
+			// call window ago) as now, and the pool serves it then, as an
+			// exact limiter would.
+			t0 := max(op.AskedAt, now-set.CallWindow)
+			h.PoolState, h.PoolAt = p.Decay(share.State{}, 0, t0), t0
+		}
 		fleet := int64(max(op.Fleet, 1))
 		if !op.Pooled {
 			h.Joins = fleet - 1
@@ -272,14 +281,24 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// 2. What lapsed: back to the pool as wholly spent, but for an even
 	// split, held back until the node could have recovered: a node that
 	// did not renew may be deciding degraded in one.
+	// A node gone from the fleet uses none of its grants from when it left:
+	// what it has not reported since lapses then.
 	even := share.Even(max(op.Fleet, 1))
+	gone := make(map[string]int64, len(set.Gone))
+	for _, g := range set.Gone {
+		gone[g.Node] = g.At
+	}
 	for _, id := range sortedNodes(h.Records) {
 		rec := h.Records[id]
-		if rec.Grant > 0 && rec.LeaseEnd <= now {
+		ends := rec.LeaseEnd
+		if left, ok := gone[id]; ok && id != node && rec.GrowthAt < left && left < ends {
+			ends = left
+		}
+		if rec.Grant > 0 && ends <= now {
 			hold := min(rec.Grant, even)
-			give(p, h, now, rec.Grant-hold, p.Decay(p.Spent(rec.LeaseEnd), rec.LeaseEnd, now))
+			give(p, h, now, rec.Grant-hold, p.Decay(p.Spent(ends), ends, now))
 			rec.Hold += hold
-			rec.HoldUntil = max(rec.HoldUntil, rec.LeaseEnd+set.Recovery)
+			rec.HoldUntil = max(rec.HoldUntil, ends+set.Recovery)
 			rec.Grant, rec.Growth = 0, 0
 		}
 		if rec.Hold > 0 && rec.HoldUntil <= now {
@@ -376,7 +395,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		rec.Seq, rec.Outcome, rec.GrowthAt = op.Seq, share.Done, now
 		reply.Epoch = h.Epoch
-		reply.Expiry = extend(p, h, now, set)
+		reply.Expiry = extend(p, h, now, set.Lease)
 		return result{h, reply}
 	}
 
@@ -426,7 +445,15 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// of it here, one bucket holding the whole limit, exactly as one exact
 	// limiter would; with no room too (the node then refuses alone, exactly,
 	// until its own refill). The key's demand has a home.
-	lone := alone(h, node) && (reply.Outcome == share.Done || !askedElsewhere(h, node, now-set.Lease))
+	// A request the pool served makes a home only when no other node asked
+	// within half a home lease: sparse demand that moves between the nodes
+	// is served, a request an op, rather than called from one home to the
+	// next.
+	since := now - set.Lease
+	if op.Serve {
+		since = now - max(set.HomeLease, set.Lease)/2
+	}
+	lone := alone(h, node) && (reply.Outcome == share.Done && !op.Serve || !askedElsewhere(h, node, since))
 	if op.Need > 0 && h.Pool > growth && (reply.Outcome == share.Done || reply.Outcome == share.NoRoom && lone) {
 		if lone {
 			growth = h.Pool
@@ -434,7 +461,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				// Its room comes from the whole limit's refill now.
 				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
 			}
-		} else if op.Need > keep+growth {
+		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
 		}
 	}
@@ -450,8 +477,12 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		rec.Growth, rec.GrowthState = growth, pool
 	}
 	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served, rec.ServedAt = now, op.Seq, reply.Outcome, reply.Until, reply.Served, reply.ServedAt
+	lease := set.Lease
+	if rec.Grant >= share.One {
+		lease = max(set.HomeLease, set.Lease) // a home
+	}
 	if rec.Grant > 0 {
-		rec.LeaseEnd = now + set.Lease
+		rec.LeaseEnd = now + lease
 	}
 	// The shares never add up to more than the whole limit: a node that
 	// joined with a larger even split than the contest counted (it saw a
@@ -460,7 +491,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Pool -= total - share.One
 	}
 	reply.Epoch, reply.Grant, reply.Growth, reply.Pool, reply.LeaseEnd = h.Epoch, rec.Grant, growth, pool, rec.LeaseEnd
-	reply.Expiry = extend(p, h, now, set)
+	reply.Expiry = extend(p, h, now, lease)
 	return result{h, reply}
 }
 
@@ -492,6 +523,12 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		return share.Wait, 0 // the call's answers are still coming
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet
+	case refilled(h, node, now):
+		// A holder told no room until an instant now past (a home that
+		// refuses alone until its refill) has its room again, which no
+		// call since asked of it: called, whatever the quiet.
+		h.CallAt = now
+		return share.Call, 0
 	case now >= h.Quiet:
 		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow {
 			// Every node holding a grant answered the last call (or was
@@ -510,6 +547,17 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 // callWait is how many call windows an ask waits for the nodes holding
 // grants to answer a call before the call counts as failed.
 const callWait = 4
+
+// refilled reports whether a node but node holds a grant it was last told
+// had no room until an instant now past, with no call since.
+func refilled(h *Hash, node string, now int64) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 && rec.Outcome == share.NoRoom && rec.Until <= now && rec.GrowthAt >= h.CallAt {
+			return true
+		}
+	}
+	return false
+}
 
 // answered reports whether every node but node that holds a grant has
 // reported since the last call.
@@ -641,8 +689,8 @@ func give(p share.Params, h *Hash, now, g int64, x share.State) {
 // extend pushes the hash's expiry to at least now + two leases and a refill:
 // long enough that every grant has lapsed and the pool has refilled before
 // the contest can end. It returns the expiry.
-func extend(p share.Params, h *Hash, now int64, set share.Settings) int64 {
-	h.Expiry = max(h.Expiry, now+2*set.Lease+p.Refill())
+func extend(p share.Params, h *Hash, now, lease int64) int64 {
+	h.Expiry = max(h.Expiry, now+2*lease+p.Refill())
 	return h.Expiry
 }
 
@@ -662,15 +710,29 @@ func sortedNodes(recs map[string]*Record) []string {
 // Beat applies node's heartbeat at now (µs), as fleet.lua does.
 func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 	_, known := m.members[node]
+	// A node that leaves is an entry of its own: every node reads it.
+	depart := func(id string) {
+		m.stamp = max(now, m.stamp+1)
+		m.entries[GoneMember+id] = &entry{epoch: now, expiry: now + max(b.GoneKeep, m.ActiveWindow), changed: m.stamp}
+	}
 	if b.Leave {
-		delete(m.members, node)
+		if known {
+			delete(m.members, node)
+			depart(node)
+		}
 		return share.BeatReply{Now: now, Nodes: len(m.members), Next: b.From}
 	}
 	m.members[node] = now
+	var gone []string
 	for id, at := range m.members {
 		if at <= now-m.ActiveWindow {
-			delete(m.members, id)
+			gone = append(gone, id)
 		}
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		delete(m.members, id)
+		depart(id)
 	}
 	for _, c := range b.Contests {
 		mem := Member(c.Key, c.Limit)
@@ -716,6 +778,11 @@ func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 	}
 	for _, mem := range changed {
 		e := m.entries[mem]
+		if id, ok := strings.CutPrefix(mem, GoneMember); ok {
+			reply.Gone = append(reply.Gone, share.Departure{Node: id, At: e.epoch})
+			reply.Next = e.changed
+			continue
+		}
 		key, lim, ok := ParseMember(mem)
 		if !ok {
 			continue
@@ -736,6 +803,10 @@ func (m *Model) Members(now int64) int {
 	}
 	return n
 }
+
+// GoneMember prefixes a departure's member in the registry, as the real
+// store's does.
+const GoneMember = "gone|"
 
 // Member names (key, lim) in the registry. The real store's names differ;
 // the model needs only to tell them apart.

@@ -10,8 +10,9 @@
 --
 -- ARGV     node, active window µs, leave (1: the node leaves the fleet), the
 --          stamp after which to return changes, the most changes to return,
---          the channel calls are published on, then per entry this node
---          sends: member, epoch, call µs, expiry µs, reset µs.
+--          the channel calls are published on, how long a departure is kept
+--          (µs), then per entry this node sends: member, epoch, call µs,
+--          expiry µs, reset µs.
 --
 -- An entry says that a key is contested until its expiry; a call on it
 -- (call µs) asks every node holding a share of it to give back what it can
@@ -22,26 +23,50 @@
 -- also published, so that the nodes hear it before their next heartbeat.
 --
 -- A node's first beat (new) is published on the channel, with the fleet's
--- size: see below.
+-- size: see below. A node that leaves the fleet (gone an active window, or
+-- closing) is an entry too, member 'gone|<node>', epoch the µs it left:
+-- every node reads it, and a node that asks for room tells the contests it
+-- asks in, whose grants the gone node held and has not reported since
+-- then lapse at once (a node that beats no more uses none of its grants).
 --
 -- Returns {now µs, nodes, new (1: the node was not in the fleet), the
 -- stamp of the last change returned (the next 'after'), more (1: there are
 -- more), then per change: member, epoch, call µs, expiry µs, reset µs}.
 local node, active = ARGV[1], tonumber(ARGV[2])
 local leave, after, limit, channel = ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local goneKeep = tonumber(ARGV[7])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
-if leave then
-  redis.call('ZREM', KEYS[1], node)
-  return {now, redis.call('ZCARD', KEYS[1]), 0, after, 0}
-end
-local new = redis.call('ZADD', KEYS[1], now, node)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - active)
-
 local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
 local stamped = stamp
-for i = 7, #ARGV, 5 do
+
+-- put writes entry member and stamps its change.
+local function put(member, e, c, x, z)
+  redis.call('HSET', KEYS[2], member, string.format('%d %d %d %d', e, c, x, z))
+  stamp = math.max(now, stamp + 1)
+  redis.call('ZADD', KEYS[3], stamp, member)
+  redis.call('ZADD', KEYS[4], x, member)
+end
+
+-- depart records that node id left the fleet now.
+local function depart(id)
+  put('gone|' .. id, now, 0, now + math.max(goneKeep, active), 0)
+end
+
+local new = 0
+if leave then
+  if redis.call('ZREM', KEYS[1], node) == 1 then depart(node) end
+else
+  new = redis.call('ZADD', KEYS[1], now, node)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - active)
+  if #gone > 0 then
+    redis.call('ZREM', KEYS[1], unpack(gone))
+    for _, id in ipairs(gone) do depart(id) end
+  end
+end
+
+for i = 8, #ARGV, 5 do
   local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local reset = tonumber(ARGV[i + 4])
   local old = redis.call('HGET', KEYS[2], member)
@@ -63,10 +88,7 @@ for i = 7, #ARGV, 5 do
     x = math.max(x, expiry)
   end
   if changed then
-    redis.call('HSET', KEYS[2], member, string.format('%d %d %d %d', e, c, x, z))
-    stamp = math.max(now, stamp + 1)
-    redis.call('ZADD', KEYS[3], stamp, member)
-    redis.call('ZADD', KEYS[4], x, member)
+    put(member, e, c, x, z)
     if (call > 0 or reset > 0) and channel ~= '' then
       redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d\n%d', member, e, c, x, z))
     end
@@ -93,7 +115,7 @@ end
 -- Every change's stamp is at most the last handed out: a node that has read
 -- up to it has nothing to read (unless that stamp is lost: read anyway).
 local changes = {}
-if stamp > after or stamped == 0 then
+if not leave and (stamp > after or stamped == 0) then
   changes = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[4], '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
 end
 local more = 0

@@ -13,8 +13,9 @@
 --          last set on the key), xn = the creator, r:<node> = each node's
 --          record (grant, lease, the last growth and its state, the last op
 --          and what it was told, what is held back for it).
--- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, then
---          per key 28 values: the limit (kind, interval ns, tolerance ns,
+-- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, home
+--          lease µs, the number of departures the node knows of and each's
+--          node and µs (share.Settings.Gone), then per key 28 values: the limit (kind, interval ns, tolerance ns,
 --          capacity, period µs, rate) and the op (epoch, held, keep, level,
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve, seq, full, shadow, shadow since, owed, applied).
@@ -30,6 +31,11 @@
 -- model's, so the floating point sums come out the same.
 local node = ARGV[1]
 local LEASE, WINDOW, COOLDOWN, RECOVERY = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local HOMELEASE = math.max(tonumber(ARGV[6]), LEASE)
+-- GONE: node → the µs it left the fleet.
+local GONE, NGONE = {}, tonumber(ARGV[7])
+for i = 1, NGONE do GONE[ARGV[6 + 2 * i]] = tonumber(ARGV[7 + 2 * i]) end
+local FIRST = 7 + 2 * NGONE -- the ARGV before the first op's
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local ONE = 32768
@@ -254,8 +260,8 @@ local function give(p, h, g, x)
   h.pool = h.pool + g
 end
 
-local function extend(p, h)
-  local e = now + 2 * LEASE + p.refill
+local function extend(p, h, lease)
+  local e = now + 2 * lease + p.refill
   if e > h.expiry then h.expiry = e end
   return h.expiry
 end
@@ -267,14 +273,14 @@ local function others(h, id)
   return h.held > 0
 end
 
--- askedElsewhere reports whether the last op of a node but id, if within a
--- lease, asked for room on h: it was served, grew, or was told to wait or
+-- askedElsewhere reports whether the last op of a node but id, if after
+-- since, asked for room on h: it was served, grew, or was told to wait or
 -- that there was no room. The key has demand elsewhere. (A node's later op,
 -- a give or a renewal, hides an earlier ask.) It reads every record.
-local function askedElsewhere(h, id)
+local function askedElsewhere(h, id, since)
   all(h)
   for rid, r in pairs(h.recs) do
-    if rid ~= id and r.growthAt > now - LEASE and (r.served > 0 or r.growth > 0 or r.outcome ~= DONE) then return true end
+    if rid ~= id and r.growthAt > since and (r.served > 0 or r.growth > 0 or r.outcome ~= DONE) then return true end
   end
   return false
 end
@@ -297,6 +303,16 @@ local function answered(h, id)
   return true
 end
 
+-- refilled reports whether a node but id holds a grant it was last told
+-- had no room until an instant now past, with no call since.
+local function refilled(h, id)
+  all(h)
+  for other, r in pairs(h.recs) do
+    if other ~= id and r.grant > 0 and r.outcome == NOROOM and r.untl <= now and r.growthAt >= h.callAt then return true end
+  end
+  return false
+end
+
 local function short(h, id)
   if h.joins > 0 and h.callAt == 0 then
     h.callAt = now
@@ -309,6 +325,12 @@ local function short(h, id)
     return WAIT, 0
   elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * WINDOW and not answered(h, id) then
     return WAIT, 0
+  elseif refilled(h, id) then
+    -- A holder told no room until an instant now past (a home that refuses
+    -- alone until its refill) has its room again, which no call since
+    -- asked of it: called, whatever the quiet.
+    h.callAt = now
+    return CALL, 0
   elseif now >= h.quiet then
     if h.callAt ~= 0 and h.callAt >= h.quiet and now - h.callAt < CALLWAIT * WINDOW then
       h.fails = math.min(h.fails + 1, MAXFAILS)
@@ -392,6 +414,13 @@ local function apply(k, p, op)
     return r
   elseif h == nil then
     h = newHash(p, now, k)
+    if op.asked > 0 and op.asked < now then
+      -- A new contest's pool is the part of the limit nobody held: as
+      -- full when the request waiting on it was made (up to a call window
+      -- ago) as now, and the pool serves it then, as an exact limiter would.
+      local t0 = math.max(op.asked, now - WINDOW)
+      h.ps, h.poolAt = decay(p, {0, 0, 0, 0}, 0, t0), t0
+    end
     local fleet = math.max(op.fleet, 1)
     if not op.pooled then
       h.joins = fleet - 1
@@ -444,17 +473,22 @@ local function apply(k, p, op)
   -- 2. What lapsed: back to the pool as wholly spent, but for an even
   -- split, held back until the node could have recovered (it may be
   -- deciding degraded in one). Only once the earliest lapse has come.
+  -- A node gone from the fleet uses none of its grants from when it left:
+  -- what it has not reported since lapses then.
   local e = even(math.max(op.fleet, 1))
-  if h.lapse <= now then
+  if h.lapse <= now or NGONE > 0 and others(h, node) then
     all(h)
     h.lapse = INF
     for _, id in ipairs(ids(h)) do
       local rec = h.recs[id]
-      if rec.grant > 0 and rec.leaseEnd <= now then
+      local ends = rec.leaseEnd
+      local left = GONE[id]
+      if left and id ~= node and rec.growthAt < left and left < ends then ends = left end
+      if rec.grant > 0 and ends <= now then
         local hold = math.min(rec.grant, e)
-        give(p, h, rec.grant - hold, decay(p, spent(p, rec.leaseEnd), rec.leaseEnd, now))
+        give(p, h, rec.grant - hold, decay(p, spent(p, ends), ends, now))
         setShare(h, rec, 0, rec.hold + hold)
-        rec.holdUntil = math.max(rec.holdUntil, rec.leaseEnd + RECOVERY)
+        rec.holdUntil = math.max(rec.holdUntil, ends + RECOVERY)
         rec.growth = 0
         h.dirty[id] = true
       end
@@ -533,7 +567,7 @@ local function apply(k, p, op)
     cap(h)
     rec.seq, rec.outcome, rec.growthAt = op.seq, DONE, now
     r.epoch = h.epoch
-    r.expiry = extend(p, h)
+    r.expiry = extend(p, h, LEASE)
     save(h)
     return r
   end
@@ -614,15 +648,21 @@ local function apply(k, p, op)
   -- Nobody else holds any of it, nor asked for any within a lease: all of
   -- it here, one bucket holding the whole limit as one exact limiter would;
   -- with no room too (the node then refuses alone, exactly, until its own
-  -- refill). The key's demand has a home.
+  -- refill). The key's demand has a home. A request the pool served makes
+  -- one only when no other node asked within half a home lease: sparse
+  -- demand that moves between the nodes is served, a request an op, rather
+  -- than called from one home to the next.
   if op.need > 0 and h.pool > growth and (r.outcome == DONE or r.outcome == NOROOM) then
-    if not others(h, node) and h.joins == 0 and h.unknown == 0 and (r.outcome == DONE or not askedElsewhere(h, node)) then
+    local since = now - LEASE
+    if op.serve then since = now - math.floor(HOMELEASE / 2) end
+    if not others(h, node) and h.joins == 0 and h.unknown == 0 and
+        (r.outcome == DONE and not op.serve or not askedElsewhere(h, node, since)) then
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
         r.untl = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
       end
-    elseif r.outcome == DONE and op.need > keep + growth then
+    elseif r.outcome == DONE and not op.serve and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
     end
   end
@@ -636,17 +676,19 @@ local function apply(k, p, op)
     rec.growth, rec.gs = growth, pool
   end
   rec.growthAt, rec.seq, rec.outcome, rec.untl, rec.served, rec.servedAt = now, op.seq, r.outcome, r.untl, r.served, r.servedAt
-  if rec.grant > 0 then rec.leaseEnd = now + LEASE end
+  local lease = LEASE
+  if rec.grant >= ONE then lease = HOMELEASE end -- a home
+  if rec.grant > 0 then rec.leaseEnd = now + lease end
   cap(h)
   r.epoch, r.grant, r.growth, r.pool, r.leaseEnd = h.epoch, rec.grant, growth, pool, rec.leaseEnd
-  r.expiry = extend(p, h)
+  r.expiry = extend(p, h, lease)
   save(h)
   return r
 end
 
 local out = {now}
 for i = 1, #KEYS do
-  local a = 5 + (i - 1) * 28
+  local a = FIRST + (i - 1) * 28
   local kind = tonumber(ARGV[a + 1])
   local p = {kind = kind, level = kind == BUCKET or kind == METER, interval = tonumber(ARGV[a + 2]),
     tolerance = tonumber(ARGV[a + 3]), capacity = tonumber(ARGV[a + 4]), period = tonumber(ARGV[a + 5]),

@@ -36,10 +36,10 @@ type Store interface {
 
 // Config configures a Runner. Zero fields mean their defaults.
 type Config struct {
-	// Interval, AskWait, Lease, ActiveWindow and FleetSize are the share
-	// protocol's (protocol.Config).
-	Interval, AskWait, Lease, ActiveWindow time.Duration
-	FleetSize                              int
+	// Interval, AskWait, Lease, HomeLease, ActiveWindow and FleetSize are
+	// the share protocol's (protocol.Config).
+	Interval, AskWait, Lease, HomeLease, ActiveWindow time.Duration
+	FleetSize                                         int
 	// Jitter spreads heartbeats by up to ±Jitter of the interval. Zero
 	// means 0.1; negative means none.
 	Jitter float64
@@ -97,9 +97,9 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	if deps.Engine == nil || deps.Store == nil || deps.Breaker == nil || deps.Clock == nil || deps.Offset == nil {
 		return nil, errors.New("async: every dependency is required")
 	}
-	if cfg.Interval < 0 || cfg.Lease < 0 || cfg.ActiveWindow < 0 || cfg.FleetSize < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.CallTimeout < 0 {
-		return nil, fmt.Errorf("async: negative interval %v, lease %v, active window %v, fleet size %d, batch size %d, max pending %d or call timeout %v",
-			cfg.Interval, cfg.Lease, cfg.ActiveWindow, cfg.FleetSize, cfg.BatchSize, cfg.MaxPending, cfg.CallTimeout)
+	if cfg.Interval < 0 || cfg.Lease < 0 || cfg.HomeLease < 0 || cfg.ActiveWindow < 0 || cfg.FleetSize < 0 || cfg.BatchSize < 0 || cfg.MaxPending < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("async: negative interval %v, lease %v, home lease %v, active window %v, fleet size %d, batch size %d, max pending %d or call timeout %v",
+			cfg.Interval, cfg.Lease, cfg.HomeLease, cfg.ActiveWindow, cfg.FleetSize, cfg.BatchSize, cfg.MaxPending, cfg.CallTimeout)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = round.DefaultInterval
@@ -121,7 +121,7 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	if timeout == 0 {
 		timeout = deps.Breaker.Timeout()
 	}
-	a.sh = protocol.New(protocol.Config{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease,
+	a.sh = protocol.New(protocol.Config{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease, HomeLease: cfg.HomeLease,
 		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
 		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Grace: timeout, Spent: a.spent}, deps.Engine)
 	a.sh.SetWake(func(w protocol.Wake) {

@@ -27,6 +27,10 @@ import (
 const (
 	// DefaultInterval is the time between rounds.
 	DefaultInterval = 20 * time.Millisecond
+	// DefaultHomeLease is the default HomeLease: a key used on one node
+	// only is decided there from memory while its requests come less than
+	// 10 s apart.
+	DefaultHomeLease = 20 * time.Second
 	// DefaultMaxAskWait caps the default AskWait: the calls that make
 	// room travel on a channel, not with the heartbeats, so a long interval
 	// need not mean a long wait.
@@ -59,6 +63,15 @@ type Config struct {
 	// Lease is how long a grant holds unless renewed. Zero means 50
 	// intervals, at least 1 s.
 	Lease time.Duration
+	// HomeLease is how long a home (the whole key, granted to the one node
+	// that uses it) holds unless renewed: the node keeps it while its key
+	// goes unused for less than half of it, at the cost of a renewal every
+	// half a HomeLease while used. A node that stops beating uses none of
+	// its grants an active window after its last beat, and the store lets
+	// the others have them as soon as they know it has gone (registry
+	// departures): a long HomeLease does not keep a dead node's keys from
+	// the fleet. Zero means 20 s, at least Lease.
+	HomeLease time.Duration
 	// ActiveWindow is how long a node counts in the fleet after its last
 	// heartbeat: the even split never divides by fewer nodes than the most
 	// seen within it. Zero means 50 intervals, at least 1 s.
@@ -95,6 +108,10 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Lease == 0 {
 		cfg.Lease = max(50*cfg.Interval, time.Second)
 	}
+	if cfg.HomeLease == 0 {
+		cfg.HomeLease = DefaultHomeLease
+	}
+	cfg.HomeLease = max(cfg.HomeLease, cfg.Lease)
 	if cfg.ActiveWindow == 0 {
 		cfg.ActiveWindow = max(50*cfg.Interval, time.Second)
 	}
@@ -153,10 +170,22 @@ type Shares struct {
 	// subscribedAt (ns): BeatDue.
 	beatAt, firstAt, subscribedAt int64
 	beatOK, listening             bool
-	wake                          func(Wake)
-	pressed                       []local.Pressed
-	named                         map[string]struct{} // what was logged of which key (once)
-	resets                        map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// lastBeat is the store's time of the last heartbeat that succeeded
+	// (µs): the node uses no grant an active window after it (the store
+	// then counts it gone). gone holds the departures the node has read
+	// (node → µs it left), for as long as a grant it held may last.
+	lastBeat int64
+	gone     map[string]int64
+	// beatFailed is when the last heartbeat failed (ns; zero once one
+	// succeeds): the node uses no grant until one succeeds. The others,
+	// their asks failing, decide in an even split each (degraded): a node
+	// that went on deciding in a large grant, a home above all, would
+	// admit beside them what the store lent it.
+	beatFailed int64
+	wake       func(Wake)
+	pressed    []local.Pressed
+	named      map[string]struct{} // what was logged of which key (once)
+	resets     map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -181,6 +210,7 @@ type Stats struct {
 	Expired                         uint64 // grants that lapsed before they were renewed
 	Resets                          uint64 // keys another node reset, started afresh here
 	Contested                       int    // keys this node holds as contested
+	Granted, Homes                  int    // keys it holds a grant of, and of them homes (the whole key, for the one node using it)
 	Nodes                           int    // the fleet's size this node divides by
 }
 
@@ -213,10 +243,19 @@ const (
 // not block or call s.
 func (s *Shares) SetWake(f func(Wake)) { s.mu.Lock(); s.wake = f; s.mu.Unlock() }
 
-// Settings returns the parameters every op carries.
+// Settings returns the parameters every op carries, with the departures
+// the node knows of.
 func (s *Shares) Settings() share.Settings {
-	return share.Settings{Lease: share.Duration(s.cfg.Lease), CallWindow: share.Duration(2 * s.cfg.Interval),
-		Cooldown: share.Duration(10 * s.cfg.Interval), Recovery: share.Duration(s.cfg.Recovery)}
+	set := share.Settings{Lease: share.Duration(s.cfg.Lease), CallWindow: share.Duration(2 * s.cfg.Interval),
+		Cooldown: share.Duration(10 * s.cfg.Interval), Recovery: share.Duration(s.cfg.Recovery),
+		HomeLease: share.Duration(s.cfg.HomeLease)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, at := range s.gone {
+		set.Gone = append(set.Gone, share.Departure{Node: id, At: at})
+	}
+	slices.SortFunc(set.Gone, func(a, b share.Departure) int { return cmp.Compare(a.Node, b.Node) })
+	return set
 }
 
 // Config returns the configuration in force.
@@ -509,7 +548,8 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 		return nil
 	}
 	s.beating, s.beatAt = true, now
-	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls}
+	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls,
+		GoneKeep: share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)}
 	if !s.read {
 		b.From = 0
 	}
@@ -523,12 +563,40 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.beating, s.beatOK = false, err == nil
+	started := s.firstAt != 0
 	if err == nil && s.firstAt == 0 {
 		s.firstAt = now // the store's clock, as the reply just mapped it
 	}
 	if err != nil {
 		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
+		if s.beatFailed == 0 {
+			s.beatFailed = now
+		}
+		if v := share.Micros(now); v < s.valid {
+			s.valid = v
+			s.eng.SetValidUntil(now)
+		}
 		return
+	}
+	s.beatFailed = 0
+	s.lastBeat = max(s.lastBeat, r.Now)
+	if r.New && started {
+		// The store counted this node gone (it did not beat for an active
+		// window, or the store restarted empty): the others may have its
+		// grants already.
+		s.dropGrants()
+	}
+	keep := share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)
+	for _, g := range r.Gone {
+		if s.gone == nil {
+			s.gone = make(map[string]int64)
+		}
+		s.gone[g.Node] = max(s.gone[g.Node], g.At)
+	}
+	for id, at := range s.gone {
+		if at < r.Now-keep {
+			delete(s.gone, id) // every grant it held has lapsed
+		}
 	}
 	n := s.fleet.observe(r.Now, r.Nodes)
 	s.eng.SetFleet(s.cfg.FleetSize, n)
@@ -539,6 +607,18 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	s.from, s.more = r.Next, r.More
 	if !r.More {
 		s.read = true
+	}
+}
+
+// dropGrants stops the node using every grant it holds: the store may
+// have taken them back. s.mu is held.
+func (s *Shares) dropGrants() {
+	for _, ks := range s.orderedKeys() {
+		if ks.grant > 0 {
+			s.stats.expired.Add(1)
+			ks.grant, ks.home = 0, false
+			s.hold(ks, 0)
+		}
 	}
 }
 
@@ -647,6 +727,10 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		if c.CallAt > ks.callSeen {
 			ks.callSeen = c.CallAt
 			if c.CallAt != ks.called { // another node wants room
+				// A pooled key's home gives it all back: its demand has
+				// spread, and the pool serves each node's requests in turn
+				// (a grant it kept would hold a pooled key whole here).
+				ks.yield = ks.home && pooledKey(ks.params, s.fleet.size())
 				ks.home = false
 				if ks.grant > 0 && len(ks.waiters) == 0 {
 					s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
@@ -757,6 +841,7 @@ func (s *Shares) NextOps(now int64, limit int) []share.Op {
 func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	in := ks.intents
 	ks.intents = 0
+	defer func() { ks.yield = false }()
 	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore|wantReport) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
@@ -784,10 +869,12 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		// Requests wait: keep everything.
 	case in&wantIdle != 0 && ks.lastUse < us-3*share.Duration(s.cfg.Interval):
 		keep = 0 // idle here: all of it back to the pool
+	case in&wantGive != 0 && ks.yield:
+		keep = 0
 	case in&(wantJoin|wantGive) != 0:
 		keep = min(keep, s.spare(ks, st, us))
-	case in&wantRenew != 0 && ks.lastUse <= us-share.Duration(s.cfg.Lease):
-		keep = 0 // unused for a whole lease: back to the pool
+	case in&wantRenew != 0 && ks.lastUse <= us-max(share.Duration(s.cfg.Lease), s.idleAfter(ks)):
+		keep = 0 // unused for a whole lease (a home: half its lease): back to the pool
 	case in&wantRenew != 0 && ks.home:
 		// A home keeps everything: nobody else wants any of it.
 	case in&wantRenew != 0:
@@ -807,7 +894,14 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
 	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
-	if serve {
+	if serve && us-max(ks.callSeen, ks.called) >= share.Duration(s.cfg.HomeLease)/2 {
+		// Served, it grows by nothing, unless nobody else asked for the
+		// key for half a home lease: then the whole key is its home. Not
+		// where a call was made or heard meanwhile: demand that moves
+		// between the nodes would be called from one home to the next, a
+		// round trip each time, where the pool serves it in one.
+		need = share.One
+	} else if serve {
 		need = 0
 	}
 	s.seq = max(s.seq+1, us) // grows across restarts of the node too: the store answers a seq it has seen as it did
@@ -990,9 +1084,16 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	} else if replaced {
 		s.setClaim(ks.kl, r.Grant)
 	} else if r.Growth > 0 {
-		// The pool's state as the store sent it, not refilled to this
-		// node's clock: a clock running ahead would refill it early.
-		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), r.Pool)
+		// The pool's state as the store sent it, refilled by the reply's
+		// way back (the node's clock since the store's, at most the op's
+		// round trip and the network's margin): not by the node's clock
+		// alone, which, run ahead, would refill it early by as much; and
+		// not by nothing, which a client at exactly the limit's rate, its
+		// next request as far from the first as the rate allows, would
+		// find a reply's way short.
+		back := min(max(us-r.Now, 0), max(us-op.At, 0), share.Duration(margin))
+		pool := ks.params.Decay(r.Pool, r.Now, r.Now+back)
+		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), pool)
 		s.setClaim(ks.kl, r.Grant)
 	} else {
 		s.hold(ks, r.Grant)
@@ -1080,6 +1181,14 @@ func (s *Shares) Tick(now int64) (next int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	valid := us + 3*interval
+	if s.lastBeat > 0 {
+		// No grant past an active window after the last heartbeat: the
+		// store then lets the others have it.
+		valid = min(valid, s.lastBeat+share.Duration(s.cfg.ActiveWindow)-s.leaseMargin())
+	}
+	if s.beatFailed != 0 {
+		valid = min(valid, share.Micros(s.beatFailed))
+	}
 	wake := us + interval
 	if !s.eng.Degraded() { // what is owed is reported once the store is back
 		s.pressed = s.eng.TakePressed(s.pressed[:0])
@@ -1196,7 +1305,7 @@ func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 		idle := ks.grant > 0 && ks.lastUse < us-s.idleAfter(ks) && len(ks.waiters) == 0
 		switch {
 		case ks.op != nil || ks.intents != 0:
-		case ks.grant > 0 && ks.leaseEnd-share.Duration(s.cfg.Lease)/2 <= us && !(ks.home && idle):
+		case ks.grant > 0 && ks.leaseEnd-s.leaseOf(ks)/2 <= us && !(ks.home && idle):
 			s.enqueue(ks, wantRenew)
 		case idle:
 			s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
@@ -1217,17 +1326,24 @@ func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 // grant (µs): two intervals and a millisecond, on its own clock.
 func (s *Shares) leaseMargin() int64 { return 2*share.Duration(s.cfg.Interval) + 1000 }
 
-// idleAfter is how long ks may go unused here before its grant goes back
-// to the pool (µs): three intervals; for a home, three of its client's own
-// gaps between requests (its rate when last used), up to a lease. A sparse
-// client pinned here finds its key at home, while demand that moves away
-// leaves it within a few of its own requests' time, as before. s.mu is held.
-func (s *Shares) idleAfter(ks *keyState) int64 {
-	d := 3 * share.Duration(s.cfg.Interval)
-	if ks.home && ks.useRate > 0 {
-		d = max(d, min(int64(3e6/ks.useRate), share.Duration(s.cfg.Lease)))
+// leaseOf is how long ks's grant holds from its last renewal (µs): the
+// store gives the whole key a home's lease. s.mu is held.
+func (s *Shares) leaseOf(ks *keyState) int64 {
+	if ks.grant >= share.One {
+		return share.Duration(s.cfg.HomeLease)
 	}
-	return d
+	return share.Duration(s.cfg.Lease)
+}
+
+// idleAfter is how long ks may go unused here before its grant goes back
+// to the pool (µs): three intervals; for a home, half a home lease. A
+// sparse client pinned here finds its key at home; demand that moves away
+// asks where it goes, and the call ends the home. s.mu is held.
+func (s *Shares) idleAfter(ks *keyState) int64 {
+	if ks.home {
+		return share.Duration(s.cfg.HomeLease) / 2
+	}
+	return 3 * share.Duration(s.cfg.Interval)
 }
 
 // orderedKeys returns the keys held, in the order they were made, having
@@ -1363,10 +1479,16 @@ func (s *Shares) Holding() int {
 // Stats returns the protocol's counters.
 func (s *Shares) Stats() Stats {
 	s.mu.Lock()
-	contested := 0
+	contested, granted, homes := 0, 0, 0
 	for _, ks := range s.keys {
 		if ks.phase == phaseHeld {
 			contested++
+		}
+		if ks.grant > 0 {
+			granted++
+		}
+		if ks.grant > 0 && ks.home {
+			homes++
 		}
 	}
 	nodes := s.fleet.size()
@@ -1374,7 +1496,8 @@ func (s *Shares) Stats() Stats {
 	st := &s.stats
 	return Stats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
 		Calls: st.calls.Load(), Waits: st.waits.Load(), NoRoom: st.noRoom.Load(), Lost: st.lost.Load(), Over: st.over.Load(),
-		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Contested: contested, Nodes: nodes}
+		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Contested: contested,
+		Granted: granted, Homes: homes, Nodes: nodes}
 }
 
 // Describe returns ks's state for debugging: phase, epoch, grant, lease.

@@ -109,6 +109,9 @@ type keyState struct {
 	// after three idle intervals, so its sparse requests are decided from
 	// memory. A call ends it: the demand has moved or spread.
 	home bool
+	// yield: a call ended a pooled key's home; the answer gives it all
+	// back.
+	yield bool
 	// faulted: the store refuses the key (a key of another type); retried
 	// at faultRetry (µs).
 	faulted    bool
@@ -124,10 +127,14 @@ func (ks *keyState) want() int64 {
 	return w
 }
 
-// busy reports whether the key holds a grant or has an op, an intent or a
-// request waiting: the node beats every interval while one is (BeatDue).
+// busy reports whether the key holds a grant other than a home, or has an
+// op, an intent or a request waiting: the node beats every interval while
+// one is (BeatDue). A home alone keeps no node busy: while its key is used
+// the engine's decisions do (Engine.LastActive), and when it is not, a call
+// for it comes on the channel, and again an interval later, as for a key
+// the node decides in its even split.
 func (ks *keyState) busy() bool {
-	return ks.grant > 0 || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
+	return ks.grant > 0 && !ks.home || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
 }
 
 // idle reports whether the key has nothing in flight, nothing pending and
