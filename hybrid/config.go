@@ -127,6 +127,11 @@ type Config struct {
 	BreakerFailures uint32
 	// ActiveWindow is how long a node counts as active on a key, and in the
 	// fleet, after its last report. Zero means 50 intervals, at least 1 s.
+	// Every node of a fleet must use the same (so the same SyncInterval, or
+	// the same ActiveWindow set): in Async mode a node stops using its
+	// grants an ActiveWindow after its last heartbeat, and the heartbeat of
+	// whichever node finds it gone, by that node's ActiveWindow, lets the
+	// others have them.
 	ActiveWindow time.Duration
 	// MaxKeys bounds the (key, limit) states held in memory: the least
 	// recently used are evicted, their unreported spend is kept for the

@@ -68,6 +68,11 @@ type Hash struct {
 	ExNode  string
 	ExSince int64
 	ExOK    bool
+	// LastAsker is the node whose op last asked for room, at LastAskAt
+	// (µs): a served request makes no home where another node asked
+	// within half a home lease, and this says so without the records.
+	LastAsker string
+	LastAskAt int64
 	// Records holds each node's record.
 	Records map[string]*Record
 }
@@ -453,7 +458,8 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	if op.Serve {
 		since = now - max(set.HomeLease, set.Lease)/2
 	}
-	lone := alone(h, node) && (reply.Outcome == share.Done && !op.Serve || !askedElsewhere(h, node, since))
+	askedLast := op.Serve && h.LastAsker != "" && h.LastAsker != node && h.LastAskAt > since
+	lone := alone(h, node) && (reply.Outcome == share.Done && !op.Serve || !askedLast && !askedElsewhere(h, node, since))
 	if op.Need > 0 && h.Pool > growth && (reply.Outcome == share.Done || reply.Outcome == share.NoRoom && lone) {
 		if lone {
 			growth = h.Pool
@@ -475,6 +481,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Pool -= growth
 		rec.Grant += growth
 		rec.Growth, rec.GrowthState = growth, pool
+	}
+	if op.Want > 0 {
+		h.LastAsker, h.LastAskAt = node, now
 	}
 	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served, rec.ServedAt = now, op.Seq, reply.Outcome, reply.Until, reply.Served, reply.ServedAt
 	lease := set.Lease

@@ -173,7 +173,7 @@ end
 
 -- The contest (h) with its own record only; every record once all() ran.
 local function load(k)
-  local v = redis.call('HMGET', k, 'm', 'xn', rk)
+  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
   if not v[1] then return nil end
   local aggregates = #v[1] >= 160
   local m
@@ -181,7 +181,7 @@ local function load(k)
   local h = {key = k, epoch = m[1], expiry = m[2], pool = m[3], ps = {m[4], m[5], m[6], m[7]},
     poolAt = m[8], joins = m[9], callAt = m[10], quiet = m[11], fails = m[12], unknown = m[13],
     unknownUntil = m[14], exSince = m[15], exOK = m[16] == 1, reserved = m[17], held = 0, lapse = INF,
-    ttl = 0, exNode = v[2] or '', recs = {}, dirty = {}, whole = false, xnDirty = false}
+    ttl = 0, exNode = v[2] or '', recs = {}, dirty = {}, whole = false, xnDirty = false, la = v[4] or false}
   if h.expiry <= now then
     redis.call('DEL', k) -- expired, to the µs: the contest has ended
     return nil
@@ -212,7 +212,7 @@ end
 local function newHash(p, t, k)
   return {key = k, epoch = t, expiry = 0, pool = 0, ps = decay(p, {0, 0, 0, 0}, 0, t), poolAt = t, joins = 0,
     reserved = 0, callAt = 0, quiet = 0, fails = 0, unknown = 0, unknownUntil = 0, exSince = 0, exOK = false,
-    exNode = '', held = 0, lapse = INF, ttl = 0, recs = {}, dirty = {}, whole = true, xnDirty = false}
+    exNode = '', held = 0, lapse = INF, ttl = 0, recs = {}, dirty = {}, whole = true, xnDirty = false, la = false}
 end
 
 -- record is node id's record, made if absent; it will be written.
@@ -231,6 +231,10 @@ local function save(h)
   if h.xnDirty then
     args[#args + 1] = 'xn'
     args[#args + 1] = h.exNode
+  end
+  if h.laDirty then
+    args[#args + 1] = 'la'
+    args[#args + 1] = h.la
   end
   for id, _ in pairs(h.dirty) do
     local r = h.recs[id]
@@ -281,6 +285,38 @@ local function askedElsewhere(h, id, since)
   all(h)
   for rid, r in pairs(h.recs) do
     if rid ~= id and r.growthAt > since and (r.served > 0 or r.growth > 0 or r.outcome ~= DONE) then return true end
+  end
+  return false
+end
+
+-- askedLast reports whether the last op that asked for room on h (la: "µs
+-- node") was another node's, after since: read without the records.
+local function askedLast(h, id, since)
+  if not h.la then return false end
+  local t, who = string.match(h.la, '^(%S+) (.*)$')
+  return who ~= id and tonumber(t) > since
+end
+
+-- goneHeld reports whether a node gone from the fleet (GONE) holds a
+-- grant of h it has not reported since it left: it reads the gone nodes'
+-- records alone, not every record.
+local function goneHeld(h)
+  local fields, who = {}, {}
+  for id, _ in pairs(GONE) do
+    if id ~= node and h.recs[id] == nil then
+      fields[#fields + 1] = 'r:' .. id
+      who[#who + 1] = id
+    end
+  end
+  if #fields > 0 and not h.whole then
+    local vals = redis.call('HMGET', h.key, unpack(fields))
+    for i, v in ipairs(vals) do
+      if v then h.recs[who[i]] = unrec(v) end
+    end
+  end
+  for id, left in pairs(GONE) do
+    local r = h.recs[id]
+    if id ~= node and r and r.grant > 0 and r.growthAt < left and left <= now then return true end
   end
   return false
 end
@@ -476,7 +512,7 @@ local function apply(k, p, op)
   -- A node gone from the fleet uses none of its grants from when it left:
   -- what it has not reported since lapses then.
   local e = even(math.max(op.fleet, 1))
-  if h.lapse <= now or NGONE > 0 and others(h, node) then
+  if h.lapse <= now or NGONE > 0 and others(h, node) and goneHeld(h) then
     all(h)
     h.lapse = INF
     for _, id in ipairs(ids(h)) do
@@ -656,7 +692,8 @@ local function apply(k, p, op)
     local since = now - LEASE
     if op.serve then since = now - math.floor(HOMELEASE / 2) end
     if not others(h, node) and h.joins == 0 and h.unknown == 0 and
-        (r.outcome == DONE and not op.serve or not askedElsewhere(h, node, since)) then
+        (r.outcome == DONE and not op.serve or
+          not (op.serve and askedLast(h, node, since)) and not askedElsewhere(h, node, since)) then
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
@@ -674,6 +711,9 @@ local function apply(k, p, op)
     h.pool = h.pool - growth
     setShare(h, rec, rec.grant + growth, 0)
     rec.growth, rec.gs = growth, pool
+  end
+  if op.want > 0 then
+    h.la, h.laDirty = string.format('%d %s', now, node), true
   end
   rec.growthAt, rec.seq, rec.outcome, rec.untl, rec.served, rec.servedAt = now, op.seq, r.outcome, r.untl, r.served, r.servedAt
   local lease = LEASE

@@ -182,10 +182,13 @@ type Shares struct {
 	// that went on deciding in a large grant, a home above all, would
 	// admit beside them what the store lent it.
 	beatFailed int64
-	wake       func(Wake)
-	pressed    []local.Pressed
-	named      map[string]struct{} // what was logged of which key (once)
-	resets     map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// registryFault: the last heartbeat failed for the registry's keys
+	// themselves (another type).
+	registryFault bool
+	wake          func(Wake)
+	pressed       []local.Pressed
+	named         map[string]struct{} // what was logged of which key (once)
+	resets        map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -569,6 +572,13 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	}
 	if err != nil {
 		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
+		if remote.IsKeyFault(err) {
+			// The registry's keys hold another type: no node's heartbeat
+			// succeeds, nobody can be counted gone, and nothing this node
+			// holds can be taken from it. Its grants stay good.
+			s.registryFault = true
+			return
+		}
 		if s.beatFailed == 0 {
 			s.beatFailed = now
 		}
@@ -578,7 +588,7 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 		}
 		return
 	}
-	s.beatFailed = 0
+	s.beatFailed, s.registryFault = 0, false
 	s.lastBeat = max(s.lastBeat, r.Now)
 	if r.New && started {
 		// The store counted this node gone (it did not beat for an active
@@ -612,12 +622,25 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 
 // dropGrants stops the node using every grant it holds: the store may
 // have taken them back. s.mu is held.
+//
+// An op built before (a renewal that failed, say) would say the node still
+// holds what it did, and the store, which may have let another node have
+// it since, would believe it (a node that decided degraded): one not sent
+// since it failed is made again from what the node holds now; one in
+// flight has its answer's grant dropped too, and an op gives it back.
 func (s *Shares) dropGrants() {
 	for _, ks := range s.orderedKeys() {
 		if ks.grant > 0 {
 			s.stats.expired.Add(1)
 			ks.grant, ks.home = 0, false
 			s.hold(ks, 0)
+		}
+		switch {
+		case ks.op != nil && ks.retry:
+			ks.op, ks.retry = nil, false
+			s.enqueue(ks, wantIdle)
+		case ks.op != nil:
+			ks.dropped = true
 		}
 	}
 }
@@ -1070,10 +1093,22 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		return
 	}
 	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
+	if ks.dropped {
+		// Sent before the node found it had been counted gone: what it
+		// grants is not used, and goes back.
+		ks.dropped = false
+		if r.Grant > 0 {
+			s.stats.expired.Add(1)
+			ks.grant = 0
+			s.hold(ks, 0)
+			s.enqueue(ks, wantIdle)
+		}
+		r.Growth, r.Replace = 0, false
+	}
 	ks.expiry = max(ks.expiry, r.Expiry)
 	// The whole key is at home here, unless a call came while the op was
 	// on its way: the give it queued answers that call.
-	ks.home = r.Grant >= share.One && ks.callSeen <= op.At
+	ks.home = ks.grant >= share.One && ks.callSeen <= op.At
 	replaced := r.Replace && s.eng.Replace(ks.kl.key, ks.kl.lim, local.Share(r.Grant)) // its shadow is the exact state
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
@@ -1096,7 +1131,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.eng.GrowBy(now, ks.kl.key, ks.kl.lim, local.Share(r.Growth), pool)
 		s.setClaim(ks.kl, r.Grant)
 	} else {
-		s.hold(ks, r.Grant)
+		s.hold(ks, ks.grant)
 	}
 	if end := ks.leaseEnd - s.leaseMargin(); ks.grant > 0 && end < s.valid {
 		// The engine may decide in grants until the last sweep's validity:
@@ -1181,7 +1216,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	valid := us + 3*interval
-	if s.lastBeat > 0 {
+	if s.lastBeat > 0 && !s.registryFault {
 		// No grant past an active window after the last heartbeat: the
 		// store then lets the others have it.
 		valid = min(valid, s.lastBeat+share.Duration(s.cfg.ActiveWindow)-s.leaseMargin())

@@ -110,8 +110,9 @@ type keyState struct {
 	// memory. A call ends it: the demand has moved or spread.
 	home bool
 	// yield: a call ended a pooled key's home; the answer gives it all
-	// back.
-	yield bool
+	// back. dropped: the node dropped its grants (it had been counted gone)
+	// while this op was in flight: its answer's grant is not used.
+	yield, dropped bool
 	// faulted: the store refuses the key (a key of another type); retried
 	// at faultRetry (µs).
 	faulted    bool

@@ -1,0 +1,242 @@
+package protocol_test
+
+// Two real nodes (protocol.Shares and a local.Engine each) against
+// internal/storemodel (the Go model of shares.lua and registry.lua that the
+// conformance test holds equal to the scripts), on a manual clock. (Written
+// by a hostile review of the departures; each failed before its fix.)
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/local"
+	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
+)
+
+var (
+	errCut = errors.New("cut off from the store")
+	// errRegistryType is the registry's keys holding another type.
+	errRegistryType = fmt.Errorf("heartbeat: %w", remote.ErrWrongType)
+)
+
+type rvNode struct {
+	id  string
+	s   *protocol.Shares
+	eng *local.Engine
+	cut bool
+	// beatsFail: only its heartbeats fail (the registry refuses them: a
+	// key fault, say), its ops reach the store.
+	beatsFail bool
+}
+
+type rvFleet struct {
+	t     *testing.T
+	store *storemodel.Model
+	now   int64 // ns, the store's clock (every node's clock agrees)
+	nodes []*rvNode
+	cfg   protocol.Config
+	trace bool
+}
+
+func newRvFleet(t *testing.T, cfg protocol.Config, ids ...string) *rvFleet {
+	f := &rvFleet{t: t, store: storemodel.New(share.Duration(cfg.ActiveWindow)), now: time.Unix(1_800_000_000, 0).UnixNano(), cfg: cfg}
+	for _, id := range ids {
+		f.add(id)
+	}
+	return f
+}
+
+func (f *rvFleet) add(id string) *rvNode {
+	eng := newEngine(f.t)
+	n := &rvNode{id: id, s: protocol.New(f.cfg, eng), eng: eng}
+	f.nodes = append(f.nodes, n)
+	f.beat(n)
+	n.s.Subscribed(f.now)
+	return n
+}
+
+func (f *rvFleet) us() int64 { return share.Micros(f.now) }
+
+func (f *rvFleet) beat(n *rvNode) *share.BeatReply {
+	b := n.s.NextBeat(f.now)
+	if b == nil {
+		return nil
+	}
+	if n.cut {
+		n.s.BeatDone(b, nil, errCut, f.now)
+		return nil
+	}
+	if n.beatsFail {
+		n.s.BeatDone(b, nil, errRegistryType, f.now)
+		return nil
+	}
+	r := f.store.Beat(f.us(), n.id, *b)
+	n.s.BeatDone(b, &r, nil, f.now)
+	return &r
+}
+
+// send sends n's ops ready (failing them if n is cut off).
+func (f *rvFleet) send(n *rvNode) {
+	for range 10 {
+		ops := n.s.NextOps(f.now, 0)
+		if len(ops) == 0 {
+			return
+		}
+		if n.cut {
+			n.s.OpsDone(ops, nil, errCut, false, f.now)
+			return
+		}
+		set := n.s.Settings()
+		replies := make([]share.Reply, len(ops))
+		for i, op := range ops {
+			replies[i] = f.store.Op(f.us(), n.id, set, op)
+			if f.trace {
+				f.t.Logf("%s op %+v\n  -> %+v", n.id, op, replies[i])
+			}
+		}
+		n.s.OpsDone(ops, replies, nil, false, f.now)
+	}
+}
+
+// advance moves the clock by d, every node beating, ticking and sending
+// every interval.
+func (f *rvFleet) advance(d time.Duration) {
+	for end := f.now + int64(d); f.now < end; {
+		f.now = min(f.now+int64(f.cfg.Interval), end)
+		for _, n := range f.nodes {
+			n.s.Tick(f.now)
+			f.beat(n)
+			f.send(n)
+		}
+	}
+}
+
+// request decides one request of weight 1 on n, asking the store if short.
+func (f *rvFleet) request(n *rvNode, key string, lim limit.Limit) bool {
+	_, err := n.eng.AllowN(f.now, key, lim, 1)
+	if err == nil {
+		return true
+	}
+	if !errors.Is(err, local.ErrShort) {
+		return false
+	}
+	if n.cut {
+		return false
+	}
+	w, refuse, _ := n.s.Short(f.now, f.now, key, lim, 1, f.now+int64(f.cfg.AskWait), nil)
+	if refuse || w == nil {
+		return false
+	}
+	for range 5 {
+		f.send(n)
+		select {
+		case <-w.Done():
+			v, _ := w.Verdict()
+			if v == protocol.Admitted {
+				return true
+			}
+			if v == protocol.Retry {
+				_, err := n.eng.AllowN(f.now, key, lim, 1)
+				return err == nil
+			}
+			return false
+		default:
+		}
+		f.beat(n)
+	}
+	n.s.Abandon(key, lim, w)
+	return false
+}
+
+// A node cut off from the store for longer than an active window, holding a
+// home with an op queued (its renewal), comes back: its heartbeat says it
+// was not in the fleet (every grant dropped), then its queued op. Sent
+// again unchanged, it said it held the whole key, and the store, which
+// gave the key to another node meanwhile (the departure), believed it
+// (Over) and granted it again: two grants of one key adding up to 1.5
+// limits. Now the op is made again from what the node holds (nothing).
+func TestAnOpSentBeforeANodeWasCountedGoneRestoresNothing(t *testing.T) {
+	lim := limit.PerSecond(1)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a, b := f.nodes[0], f.nodes[1]
+	f.advance(1100 * time.Millisecond) // past the first active window
+	if !f.request(a, "client", lim) {
+		t.Fatal("a's first request refused")
+	}
+	f.advance(testInterval)
+	if st := a.s.Stats(); st.Homes != 1 {
+		t.Fatalf("a's home: %+v", st)
+	}
+	// a's client comes every second; near half a home lease a is cut off,
+	// its renewal queued.
+	for range 9 {
+		f.advance(time.Second)
+		if !f.request(a, "client", lim) {
+			t.Fatalf("a's pinned client refused at home")
+		}
+	}
+	f.advance(500 * time.Millisecond)
+	a.cut = true
+	f.advance(2 * time.Second) // b finds a gone; a's renewal fails and waits
+	// The client moves to b (a load balancer gave up on a): b asks.
+	if !f.request(b, "client", lim) {
+		t.Fatal("b's first request refused")
+	}
+	f.advance(testInterval)
+	t.Logf("b after the move: %+v (%s)", b.s.Stats(), b.s.Describe("client", lim))
+	// a comes back: its beat first, then its op sent again.
+	a.cut = false
+	if r := f.beat(a); r == nil || !r.New {
+		t.Fatalf("a's beat: %+v", r)
+	}
+	f.send(a)
+	a.s.Tick(f.now)
+	h := f.store.Hash(f.us(), "client", lim)
+	sum := int64(0)
+	for _, r := range h.Records {
+		sum += r.Grant
+	}
+	t.Logf("a: %+v (%s); b: %+v (%s); store: pool %d, grants %d", a.s.Stats(), a.s.Describe("client", lim),
+		b.s.Stats(), b.s.Describe("client", lim), h.Pool, sum)
+	if a.s.Stats().Granted > 0 && b.s.Stats().Homes > 0 {
+		t.Fatalf("after its heartbeat said it was not in the fleet (every grant dropped), a holds a grant again (its op, queued before, believed: Over) while b holds the whole key: grants add up to %d of %d", sum, share.One)
+	}
+}
+
+// The fleet's registry refuses every heartbeat (its keys hold another type:
+// remote reports a key fault, which the breaker does not count), while the
+// ops reach the store as before. Nobody can be counted gone, so no grant
+// can be taken from this node: its grants stay good. (Using none after a
+// failed heartbeat, the node asked for what it held and refused a pinned
+// client at 1/s every time.)
+func TestARegistryThatRefusesBeatsLeavesTheGrantsGood(t *testing.T) {
+	lim := limit.PerSecond(1)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a := f.nodes[0]
+	f.advance(1100 * time.Millisecond)
+	if !f.request(a, "client", lim) {
+		t.Fatal("a's first request refused")
+	}
+	f.advance(testInterval)
+	if st := a.s.Stats(); st.Homes != 1 {
+		t.Fatalf("a's home: %+v", st)
+	}
+	a.beatsFail = true
+	admitted := 0
+	for range 10 {
+		f.advance(time.Second)
+		if f.request(a, "client", lim) {
+			admitted++
+		}
+	}
+	if admitted < 9 {
+		t.Fatalf("a client at 1/s on a node whose heartbeats fail (its ops succeed): %d of 10 admitted; a %+v (%s)",
+			admitted, a.s.Stats(), a.s.Describe("client", lim))
+	}
+}
