@@ -532,14 +532,8 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		return share.Wait, 0 // the call's answers are still coming
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet
-	case refilled(h, node, now):
-		// A holder told no room until an instant now past (a home that
-		// refuses alone until its refill) has its room again, which no
-		// call since asked of it: called, whatever the quiet.
-		h.CallAt = now
-		return share.Call, 0
 	case now >= h.Quiet:
-		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow {
+		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow && !refilled(h, node, now) {
 			// Every node holding a grant answered the last call (or was
 			// given its time), and the room did not come: the fleet has
 			// none to give until later.
@@ -547,6 +541,12 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 			h.Quiet = now + set.Cooldown<<h.Fails
 			return share.NoRoom, h.Quiet
 		}
+		h.CallAt = now
+		return share.Call, 0
+	case refilled(h, node, now):
+		// A home told no room until an instant now past (it refuses alone
+		// until its refill) has its room again, which no call since asked
+		// of it: called, whatever the quiet.
 		h.CallAt = now
 		return share.Call, 0
 	}
@@ -557,11 +557,12 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 // grants to answer a call before the call counts as failed.
 const callWait = 4
 
-// refilled reports whether a node but node holds a grant it was last told
-// had no room until an instant now past, with no call since.
+// refilled reports whether a node but node holds the whole key (a home) and
+// was last told it had no room until an instant now past, with no call
+// since.
 func refilled(h *Hash, node string, now int64) bool {
 	for id, rec := range h.Records {
-		if id != node && rec.Grant > 0 && rec.Outcome == share.NoRoom && rec.Until <= now && rec.GrowthAt >= h.CallAt {
+		if id != node && rec.Grant >= share.One && rec.Outcome == share.NoRoom && rec.Until <= now && rec.GrowthAt >= h.CallAt {
 			return true
 		}
 	}

@@ -339,12 +339,17 @@ local function answered(h, id)
   return true
 end
 
--- refilled reports whether a node but id holds a grant it was last told
--- had no room until an instant now past, with no call since.
+-- refilled reports whether a node but id holds the whole key (a home) and
+-- was last told it had no room until an instant now past, with no call
+-- since. It reads every record only when another node holds the whole key.
 local function refilled(h, id)
+  local own = 0
+  local r = h.recs[id]
+  if r then own = r.grant + r.hold end
+  if h.held - own < ONE then return false end
   all(h)
-  for other, r in pairs(h.recs) do
-    if other ~= id and r.grant > 0 and r.outcome == NOROOM and r.untl <= now and r.growthAt >= h.callAt then return true end
+  for other, rec in pairs(h.recs) do
+    if other ~= id and rec.grant >= ONE and rec.outcome == NOROOM and rec.untl <= now and rec.growthAt >= h.callAt then return true end
   end
   return false
 end
@@ -361,18 +366,18 @@ local function short(h, id)
     return WAIT, 0
   elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * WINDOW and not answered(h, id) then
     return WAIT, 0
-  elseif refilled(h, id) then
-    -- A holder told no room until an instant now past (a home that refuses
-    -- alone until its refill) has its room again, which no call since
-    -- asked of it: called, whatever the quiet.
-    h.callAt = now
-    return CALL, 0
   elseif now >= h.quiet then
-    if h.callAt ~= 0 and h.callAt >= h.quiet and now - h.callAt < CALLWAIT * WINDOW then
+    if h.callAt ~= 0 and h.callAt >= h.quiet and now - h.callAt < CALLWAIT * WINDOW and not refilled(h, id) then
       h.fails = math.min(h.fails + 1, MAXFAILS)
       h.quiet = now + COOLDOWN * 2 ^ h.fails
       return NOROOM, h.quiet
     end
+    h.callAt = now
+    return CALL, 0
+  elseif refilled(h, id) then
+    -- A home told no room until an instant now past (it refuses alone
+    -- until its refill) has its room again, which no call since asked of
+    -- it: called, whatever the quiet.
     h.callAt = now
     return CALL, 0
   end

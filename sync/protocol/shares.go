@@ -185,6 +185,9 @@ type Shares struct {
 	// registryFault: the last heartbeat failed for the registry's keys
 	// themselves (another type).
 	registryFault bool
+	// moved is how often this node's homes were called away before it
+	// used them again, a moving average over the last few (homeEnded).
+	moved float64
 	wake          func(Wake)
 	pressed       []local.Pressed
 	named         map[string]struct{} // what was logged of which key (once)
@@ -620,6 +623,17 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	}
 }
 
+// homeEnded tallies a home's fate: moved, called away before the node used
+// it again (the demand moves between the nodes), or not (used, renewed).
+// s.mu is held.
+func (s *Shares) homeEnded(moved bool) {
+	x := 0.0
+	if moved {
+		x = 1
+	}
+	s.moved += (x - s.moved) / 5
+}
+
 // dropGrants stops the node using every grant it holds: the store may
 // have taken them back. s.mu is held.
 //
@@ -754,6 +768,10 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 				// spread, and the pool serves each node's requests in turn
 				// (a grant it kept would hold a pooled key whole here).
 				ks.yield = ks.home && pooledKey(ks.params, s.fleet.size())
+				if ks.home {
+					s.updateRate(ks, now)
+					s.homeEnded(ks.lastUse <= ks.homeAt) // unused since it began: the demand moves
+				}
 				ks.home = false
 				if ks.grant > 0 && len(ks.waiters) == 0 {
 					s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
@@ -900,6 +918,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		keep = 0 // unused for a whole lease (a home: half its lease): back to the pool
 	case in&wantRenew != 0 && ks.home:
 		// A home keeps everything: nobody else wants any of it.
+		s.homeEnded(false) // used, and not called away
 	case in&wantRenew != 0:
 		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
 	}
@@ -917,12 +936,17 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
 	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
-	if serve && us-max(ks.callSeen, ks.called) >= share.Duration(s.cfg.HomeLease)/2 {
+	halfHome := share.Duration(s.cfg.HomeLease) / 2
+	if serve && us-max(ks.callSeen, ks.called) >= halfHome && (s.moved < 0.5 || ks.servedAt > 0 && us-ks.servedAt < halfHome) {
 		// Served, it grows by nothing, unless nobody else asked for the
 		// key for half a home lease: then the whole key is its home. Not
 		// where a call was made or heard meanwhile: demand that moves
 		// between the nodes would be called from one home to the next, a
-		// round trip each time, where the pool serves it in one.
+		// round trip each time, where the pool serves it in one. And,
+		// where most homes this node made were called away before it used
+		// them again (round-robin, random), not with the key's first
+		// request here, only with its second (the store makes no home
+		// where another node asked in between).
 		need = share.One
 	} else if serve {
 		need = 0
@@ -1184,6 +1208,12 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	}
 	if r.Outcome == share.Done && (r.Growth > 0 || r.Served > 0) {
 		ks.refused = 0 // the fleet gave it room
+	}
+	if r.Served > 0 {
+		ks.servedAt = us
+	}
+	if ks.home && (op.Serve || r.Growth > 0) {
+		ks.homeAt = us
 	}
 	// What the store admitted itself goes to the oldest waiters; every
 	// other decides again in what the node holds now, and one still short

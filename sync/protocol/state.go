@@ -113,6 +113,9 @@ type keyState struct {
 	// back. dropped: the node dropped its grants (it had been counted gone)
 	// while this op was in flight: its answer's grant is not used.
 	yield, dropped bool
+	// homeAt is when the key became a home here, servedAt when the pool
+	// last served one of its requests (µs).
+	homeAt, servedAt int64
 	// faulted: the store refuses the key (a key of another type); retried
 	// at faultRetry (µs).
 	faulted    bool
