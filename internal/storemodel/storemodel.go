@@ -34,6 +34,20 @@ type Model struct {
 	// to less than the whole limit: share lost for good, which the fleet
 	// can never admit again. The simulation fails a scenario with any.
 	Leaks []string
+
+	// Branches counts the ops that took each of the script's rarer
+	// branches: the conformance test, which holds the scripts to this
+	// model, says how often it met each.
+	Branches Branches
+}
+
+// Branches counts ops by the rarer branches of the share script they took.
+type Branches struct {
+	Backdated      int // a new contest's pool serving from the request's time
+	GoneLapsed     int // a grant taken back from a node gone from the fleet
+	RefilledCalls  int // a home whose refill came called past the back-off
+	LastAskerHomes int // a served request made no home for another node's ask, which the records no longer show
+	ServedHomes    int // a served request made a home
 }
 
 // kl names a (key, limit).
@@ -160,7 +174,7 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	if h != nil {
 		before = h.Pool + h.Unknown + h.Reserved + granted(h)
 	}
-	r := apply(p, h, now, node, set, op)
+	r := apply(p, h, now, node, set, op, &m.Branches)
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
@@ -182,7 +196,7 @@ type result struct {
 
 // apply is one op on hash h (nil: absent) at now. It is the script's logic,
 // step for step.
-func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, op share.Op) result {
+func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
 	reply := share.Reply{Now: now}
 	held := clamp(op.Held, 0, share.One)
 	keep := clamp(op.Keep, 0, held)
@@ -225,6 +239,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			// exact limiter would.
 			t0 := max(op.AskedAt, now-set.CallWindow)
 			h.PoolState, h.PoolAt = p.Decay(share.State{}, 0, t0), t0
+			br.Backdated++
 		}
 		fleet := int64(max(op.Fleet, 1))
 		if !op.Pooled {
@@ -298,6 +313,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		ends := rec.LeaseEnd
 		if left, ok := gone[id]; ok && id != node && rec.GrowthAt < left && left < ends {
 			ends = left
+			if rec.Grant > 0 && ends <= now {
+				br.GoneLapsed++
+			}
 		}
 		if rec.Grant > 0 && ends <= now {
 			hold := min(rec.Grant, even)
@@ -423,7 +441,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				break
 			}
 		}
-		reply.Outcome, reply.Until = short(p, h, now, node, set)
+		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
 			reply.Until = until(p, h.Pool, op.Want, pool, now, set) // the pool's own refill
 		}
@@ -439,7 +457,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool // what there is
 		}
 		if !p.Holds(op.Want, keep, state, growth, pool, now) {
-			reply.Outcome, reply.Until = short(p, h, now, node, set)
+			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
 				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
@@ -460,6 +478,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	}
 	askedLast := op.Serve && h.LastAsker != "" && h.LastAsker != node && h.LastAskAt > since
 	lone := alone(h, node) && (reply.Outcome == share.Done && !op.Serve || !askedLast && !askedElsewhere(h, node, since))
+	if op.Serve && op.Need > 0 && alone(h, node) && askedLast && !askedElsewhere(h, node, since) {
+		br.LastAskerHomes++
+	}
 	if op.Need > 0 && h.Pool > growth && (reply.Outcome == share.Done || reply.Outcome == share.NoRoom && lone) {
 		if lone {
 			growth = h.Pool
@@ -475,6 +496,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Fails, h.Quiet, h.CallAt = 0, 0, 0 // room found: any call made is answered
 	}
 	if growth > 0 {
+		if op.Serve {
+			br.ServedHomes++
+		}
 		if node != h.ExNode {
 			h.ExOK = false
 		}
@@ -510,7 +534,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 // call came back without the room, refuse alone until the next call may be
 // made: quiet for a cooldown that doubles while calls keep failing (a key
 // over its limit costs one call a cooldown, not one a request).
-func short(p share.Params, h *Hash, now int64, node string, set share.Settings) (share.Outcome, int64) {
+func short(p share.Params, h *Hash, now int64, node string, set share.Settings, br *Branches) (share.Outcome, int64) {
 	others := false
 	for id, rec := range h.Records {
 		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
@@ -533,7 +557,10 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet
 	case now >= h.Quiet:
-		if h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow && !refilled(h, node, now) {
+		failed := h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow
+		if failed && refilled(h, node, now) {
+			br.RefilledCalls++
+		} else if failed {
 			// Every node holding a grant answered the last call (or was
 			// given its time), and the room did not come: the fleet has
 			// none to give until later.
@@ -544,6 +571,7 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings) 
 		h.CallAt = now
 		return share.Call, 0
 	case refilled(h, node, now):
+		br.RefilledCalls++
 		// A home told no room until an instant now past (it refuses alone
 		// until its refill) has its room again, which no call since asked
 		// of it: called, whatever the quiet.

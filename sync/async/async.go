@@ -129,6 +129,7 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 			signal(a.wakeBeat)
 		} else {
 			signal(a.wakeOps)
+			signal(a.wakeTick) // a node at rest ticks seldom: its timers must see the request's deadline
 		}
 	})
 	return a, nil
@@ -247,7 +248,7 @@ func (a *Runner) Run(ctx context.Context) {
 			return
 		case <-a.wakeBeat:
 		case <-timer.C:
-			timer.Reset(a.Next())
+			timer.Reset(a.rest())
 			n++
 			if a.cfg.Ledger && n%sweepEvery == 0 {
 				a.sendLedger(ctx, false)
@@ -312,6 +313,16 @@ func (a *Runner) beat(ctx context.Context) (info round.Info, sent bool, err erro
 }
 
 // sendLoop sends the ops ready whenever woken.
+// rest is how long the heartbeat loop sleeps before its next round: an
+// interval (with its jitter, Next), or, while the node is at rest, until its
+// next quiet beat: a node at rest wakes a few times a second.
+func (a *Runner) rest() time.Duration {
+	if d := a.sh.Rest(a.now()); d > a.cfg.Interval {
+		return d
+	}
+	return a.Next()
+}
+
 func (a *Runner) sendLoop(ctx context.Context) {
 	for {
 		select {
@@ -364,7 +375,7 @@ func (a *Runner) tickLoop(ctx context.Context) {
 		now := a.now()
 		next := a.sh.Tick(now)
 		signal(a.wakeOps)
-		d := min(max(time.Duration(next-now), 100*time.Microsecond), a.cfg.Interval)
+		d := min(max(time.Duration(next-now), 100*time.Microsecond), max(a.cfg.Interval, protocol.QuietBeat))
 		if !timer.Stop() {
 			select {
 			case <-timer.C:

@@ -187,11 +187,11 @@ type Shares struct {
 	registryFault bool
 	// moved is how often this node's homes were called away before it
 	// used them again, a moving average over the last few (homeEnded).
-	moved float64
-	wake          func(Wake)
-	pressed       []local.Pressed
-	named         map[string]struct{} // what was logged of which key (once)
-	resets        map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	moved   float64
+	wake    func(Wake)
+	pressed []local.Pressed
+	named   map[string]struct{} // what was logged of which key (once)
+	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
@@ -531,18 +531,43 @@ const QuietBeat = 200 * time.Millisecond
 func (s *Shares) BeatDue(now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.quiet(now) {
+		return true
+	}
+	return now-s.beatAt >= s.quietGap()
+}
+
+// Rest reports how long the runner may sleep from now (ns) before its next
+// round: an interval, unless the node is quiet (BeatDue): then until its
+// next quiet beat. A node at rest wakes a few times a second, not every
+// interval; the first decision after its rest is seen when it next wakes,
+// and the calls and asks it makes wake the runner at once.
+func (s *Shares) Rest(now int64) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.quiet(now) {
+		return s.cfg.Interval
+	}
+	return time.Duration(min(max(s.beatAt+s.quietGap()-now, int64(s.cfg.Interval)), s.quietGap()))
+}
+
+// quietGap is how far apart a quiet node beats (ns): QuietBeat, at most a
+// quarter of the active window, at least an interval.
+func (s *Shares) quietGap() int64 {
+	return max(int64(s.cfg.Interval), min(int64(QuietBeat), int64(s.cfg.ActiveWindow)/4))
+}
+
+// quiet reports whether the node is quiet at now (BeatDue). s.mu is held.
+func (s *Shares) quiet(now int64) bool {
 	interval := int64(s.cfg.Interval)
 	if !s.read || s.more || !s.beatOK || now-s.firstAt < int64(s.cfg.ActiveWindow) ||
 		!s.listening || now-s.subscribedAt < 2*interval ||
 		len(s.calls) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
-		return true
-	}
-	if now-s.beatAt >= max(interval, min(int64(QuietBeat), int64(s.cfg.ActiveWindow)/4)) {
-		return true
+		return false
 	}
 	// The engine's clock may trail this one by the offset's last move: a
 	// decision within an interval before the last beat counts as after it.
-	return s.eng.LastActive() >= s.beatAt-interval
+	return s.eng.LastActive() < s.beatAt-interval
 }
 
 // NextBeat returns the heartbeat to send now, with the calls and renewals
@@ -590,6 +615,9 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 			s.eng.SetValidUntil(now)
 		}
 		return
+	}
+	if s.beatFailed != 0 {
+		s.nextSweep = 0 // the grants are good again: at the next Tick, not the next quiet sweep
 	}
 	s.beatFailed, s.registryFault = 0, false
 	s.lastBeat = max(s.lastBeat, r.Now)
@@ -922,6 +950,9 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	case in&wantRenew != 0:
 		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
 	}
+	if ks.home && keep == 0 && in&(wantIdle|wantRenew) != 0 && ks.lastUse > ks.homeAt {
+		s.homeEnded(false) // used here, then left: a home that stayed
+	}
 	if in&^wantGive == 0 && held == 0 {
 		return nil, false // a call it holds nothing of
 	}
@@ -1231,6 +1262,12 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	if ks.intents != 0 {
 		s.queueRetry(ks)
 	}
+	if ks.busy() && s.busy == 0 {
+		// Busy now, not only as of the next sweep, which a node at rest
+		// makes a quiet beat away: it beats and sweeps every interval.
+		s.busy = 1
+		s.nextSweep = min(s.nextSweep, now+int64(s.cfg.Interval))
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -1239,13 +1276,20 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 // Tick runs what time brings at now (ns): grants that lapse, contests that
 // end, leases to renew, idle grants to give back, waits that end, asks to
 // make again. It returns when it next has something to do (ns): the runner
-// calls it by then, and at least every interval.
+// calls it by then, and at least every interval, or, while the node is at
+// rest (Rest), every quiet beat.
 func (s *Shares) Tick(now int64) (next int64) {
 	us := share.Micros(now)
 	interval := share.Duration(s.cfg.Interval)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	valid := us + 3*interval
+	// A node at rest sweeps once a quiet beat, not every interval (Rest);
+	// the grants it holds (homes, unused) are good until the next sweep.
+	gap := int64(s.cfg.Interval)
+	if s.quiet(now) {
+		gap = s.quietGap()
+	}
+	valid := us + share.Micros(gap) + 2*interval
 	if s.lastBeat > 0 && !s.registryFault {
 		// No grant past an active window after the last heartbeat: the
 		// store then lets the others have it.
@@ -1254,7 +1298,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 	if s.beatFailed != 0 {
 		valid = min(valid, share.Micros(s.beatFailed))
 	}
-	wake := us + interval
+	wake := us + share.Micros(gap)
 	if !s.eng.Degraded() { // what is owed is reported once the store is back
 		s.pressed = s.eng.TakePressed(s.pressed[:0])
 	} else {
@@ -1290,7 +1334,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 	keys := s.waiting
 	if sweep {
 		keys = s.orderedKeys()
-		s.nextSweep = now + int64(s.cfg.Interval)
+		s.nextSweep = now + gap
 	} else {
 		wake = min(wake, share.Micros(s.nextSweep))
 	}
