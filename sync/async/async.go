@@ -82,6 +82,9 @@ type Runner struct {
 	sh   *protocol.Shares
 
 	wakeOps, wakeBeat, wakeTick chan struct{}
+	// resting: the timers sleep longer than an interval (the node is at
+	// rest), and a request that asks wakes them.
+	resting atomic.Bool
 	sending                     sync.Mutex // one call of ops at a time
 
 	ledger *ledger
@@ -129,7 +132,9 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 			signal(a.wakeBeat)
 		} else {
 			signal(a.wakeOps)
-			signal(a.wakeTick) // a node at rest ticks seldom: its timers must see the request's deadline
+			if a.resting.Load() {
+				signal(a.wakeTick) // the timers sleep past an interval: they must see the request's deadline
+			}
 		}
 	})
 	return a, nil
@@ -376,6 +381,13 @@ func (a *Runner) tickLoop(ctx context.Context) {
 		next := a.sh.Tick(now)
 		signal(a.wakeOps)
 		d := min(max(time.Duration(next-now), 100*time.Microsecond), max(a.cfg.Interval, protocol.QuietBeat))
+		a.resting.Store(d > a.cfg.Interval)
+		if d > a.cfg.Interval && a.sh.Waiting() {
+			// A request began to wait since Tick looked (before resting
+			// was set, so it did not wake the timers): not a rest.
+			d = a.cfg.Interval
+			a.resting.Store(false)
+		}
 		if !timer.Stop() {
 			select {
 			case <-timer.C:

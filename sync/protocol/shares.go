@@ -744,6 +744,9 @@ func (s *Shares) Subscribed(now int64) {
 // channel was ever confirmed (Subscribed).
 func (s *Shares) Listening() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.listening }
 
+// Waiting reports whether a request waits for room on some key.
+func (s *Shares) Waiting() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.waiting) > 0 }
+
 // More reports whether the registry has more changes to read: the runner
 // beats again at once.
 func (s *Shares) More() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.more }
@@ -1285,8 +1288,11 @@ func (s *Shares) Tick(now int64) (next int64) {
 	defer s.mu.Unlock()
 	// A node at rest sweeps once a quiet beat, not every interval (Rest);
 	// the grants it holds (homes, unused) are good until the next sweep.
+	// (Asked at sweeps alone: quiet reads every shard's clock, and a busy
+	// node ticks on every answer.)
+	sweep := now >= s.nextSweep
 	gap := int64(s.cfg.Interval)
-	if s.quiet(now) {
+	if sweep && s.quiet(now) {
 		gap = s.quietGap()
 	}
 	valid := us + share.Micros(gap) + 2*interval
@@ -1329,7 +1335,6 @@ func (s *Shares) Tick(now int64) (next int64) {
 	// deadlines and retries fall between them. A sweep costs a look at
 	// every key the node follows: run on every wake, it took a node most
 	// of a core with many keys contested.
-	sweep := now >= s.nextSweep
 	busy := 0
 	keys := s.waiting
 	if sweep {
