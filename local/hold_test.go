@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -129,4 +130,34 @@ func TestAPooledKeyGrownWholeTakesThePoolsState(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, peek.Allowed, "%v after the served request", tc.after)
 	}
+}
+
+// A key the node holds a grant of, evicted under a flood of new keys (more
+// than the records of evictions can hold), comes back wholly spent, not
+// fresh: the grant had admitted what it had, and Redis still counts it
+// held here. (A home of 1 an hour admitted a second request at once; the
+// fleet checker found it, seeds 778015, 778131 and 778145.)
+func TestAContestedKeyEvictedComesBackSpent(t *testing.T) {
+	const t0 = int64(1_800_000_000_000_000_000)
+	e, err := New(Config{Shards: 1, MaxKeys: 16, TrackSpend: true, Asks: true})
+	require.NoError(t, err)
+	e.SetFleet(0, 1)
+	e.SetValidUntil(t0 + int64(time.Hour))
+	e.SetClaimed(func(key string, _ limit.Limit) (Share, bool) {
+		if key == "home" {
+			return ShareOne, true // its whole limit granted here
+		}
+		return 0, false
+	})
+	lim := limit.Per(1, time.Hour)
+	res, err := e.AllowN(t0, "home", lim, 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	for i := range 2000 { // each spent and evicted: the records fill
+		_, err := e.AllowN(t0+int64(i), fmt.Sprintf("k%d", i), lim, 1)
+		require.NoError(t, err)
+	}
+	peek, err := e.PeekN(t0+int64(time.Second), "home", lim, 1)
+	require.NoError(t, err)
+	assert.False(t, peek.Allowed, "a granted key evicted and made again admitted a second request of 1 an hour")
 }

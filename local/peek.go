@@ -125,6 +125,9 @@ func (sh *shard) peekEntry(key string, h uint64, lim limit.Limit, s Share, now i
 			if g == 0 && sh.e.asks {
 				en.set(flagEmpty)
 			}
+			if g > 0 {
+				startSpent(&en, sh.now) // as find makes it: a grant's lost state
+			}
 		}
 	}
 	if lim.Algorithm != limit.SlidingWindowLog {

@@ -115,6 +115,15 @@ func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry,
 			if g == 0 && sh.e.asks {
 				x.set(flagEmpty)
 			}
+			if g > 0 {
+				// A grant the node holds of a key it no longer had: evicted
+				// (or made while its op was on its way), its state is lost.
+				// It starts wholly spent, unless the record of its eviction
+				// bounds it better: fresh, it would admit again what the
+				// grant had admitted (a home of 1 an hour, evicted under
+				// a flood of keys, admitted a second request at once).
+				startSpent(x, sh.now)
+			}
 		}
 	}
 	sh.restore(x, h, sh.now)
@@ -143,6 +152,18 @@ func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry,
 	}
 	sh.e.keys.Add(1)
 	return x, nil
+}
+
+// startSpent makes a new entry's state wholly spent at now.
+func startSpent(en *entry, now int64) {
+	switch en.pol.lim.Algorithm {
+	case limit.TokenBucket, limit.LeakyBucket:
+		en.st[0] = now
+		en.ex, en.exSince = now+en.pol.tolerance, now // no shadow fresher than the state
+	case limit.FixedWindow, limit.SlidingWindowCounter:
+		en.st[0] = en.pol.index(now)
+	}
+	spend(en)
 }
 
 // restore starts a new entry as spent as the record of its eviction bounds
