@@ -429,7 +429,7 @@ func (nd *node) start() {
 	}
 	nd.eng = eng
 	nd.off = clock.NewOffset(nd.local())
-	nd.sh = protocol.New(protocol.Config{Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
+	nd.sh = protocol.New(protocol.Config{Node: nd.id, Interval: sc.Interval, AskWait: sc.AskWait, Lease: sc.Lease,
 		ActiveWindow: sc.ActiveWindow, FleetSize: sc.FleetSize, Logger: quiet, Recovery: openFor + callTimeout + sc.Interval}, eng)
 	nd.sh.SetWake(func(w protocol.Wake) {
 		if w == protocol.WakeBeat {

@@ -85,7 +85,7 @@ type Runner struct {
 	// resting: the timers sleep longer than an interval (the node is at
 	// rest), and a request that asks wakes them.
 	resting atomic.Bool
-	sending                     sync.Mutex // one call of ops at a time
+	sending sync.Mutex // one call of ops at a time
 
 	ledger *ledger
 
@@ -124,7 +124,11 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	if timeout == 0 {
 		timeout = deps.Breaker.Timeout()
 	}
-	a.sh = protocol.New(protocol.Config{Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease, HomeLease: cfg.HomeLease,
+	node := ""
+	if n, ok := deps.Store.(interface{ Node() string }); ok {
+		node = n.Node()
+	}
+	a.sh = protocol.New(protocol.Config{Node: node, Interval: cfg.Interval, AskWait: cfg.AskWait, Lease: cfg.Lease, HomeLease: cfg.HomeLease,
 		ActiveWindow: cfg.ActiveWindow, FleetSize: cfg.FleetSize, Logger: cfg.Logger,
 		Recovery: deps.Breaker.OpenFor() + timeout + cfg.Interval, Grace: timeout, Spent: a.spent}, deps.Engine)
 	a.sh.SetWake(func(w protocol.Wake) {

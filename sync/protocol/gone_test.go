@@ -54,7 +54,9 @@ func newRvFleet(t *testing.T, cfg protocol.Config, ids ...string) *rvFleet {
 
 func (f *rvFleet) add(id string) *rvNode {
 	eng := newEngine(f.t)
-	n := &rvNode{id: id, s: protocol.New(f.cfg, eng), eng: eng}
+	cfg := f.cfg
+	cfg.Node = id
+	n := &rvNode{id: id, s: protocol.New(cfg, eng), eng: eng}
 	f.nodes = append(f.nodes, n)
 	f.beat(n)
 	n.s.Subscribed(f.now)

@@ -274,3 +274,55 @@ func TestHomesCalledAwayUnusedAreAskedForLater(t *testing.T) {
 		t.Fatalf("the key's second request here: need %d, want the whole key if nobody asked in between", second.Need)
 	}
 }
+
+// A heartbeat that finds the node was not in the fleet drops its grants
+// when the registry recorded its departure (the others may have them), and
+// keeps them when Redis restarted empty (no departure: its contests are
+// rebuilt from its grants); until the registry is read whole it uses none.
+// (Dropping them after Redis restarted empty refused compliant requests in
+// the fleet checker: seeds 778004 and 778079.)
+func TestARejoinDropsTheGrantsOnlyAfterADeparture(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		departed bool
+		kept     bool
+	}{
+		{"Redis restarted empty: kept", false, true},
+		{"counted gone: dropped", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newEngine(t)
+			s := protocol.New(protocol.Config{Node: "a", Interval: testInterval, AskWait: time.Second, ActiveWindow: testWindow}, eng)
+			h := &homeNode{t: t, s: s, eng: eng, lim: limit.PerSecond(1), now: time.Unix(1_800_000_000, 0).UnixNano()}
+			h.beat()
+			s.Subscribed(h.now)
+			h.advance(testWindow)
+			w, refuse, _ := s.Short(h.now, h.now, "client", h.lim, 1, h.now+int64(time.Second), nil)
+			if refuse || w == nil {
+				t.Fatal("refused")
+			}
+			us := share.Micros(h.now)
+			h.reply(h.op(), share.Reply{Outcome: share.Done, Epoch: us, Grant: share.One, Growth: share.One,
+				LeaseEnd: us + share.Duration(testHomeLease), Expiry: us + 2*share.Duration(testHomeLease), Served: 1, ServedAt: us, Now: us})
+			h.advance(time.Second)
+			last := share.Micros(h.now) // its last heartbeat before
+			h.idle(300 * time.Millisecond)
+			at := share.Micros(h.now)
+			// The first page: not in the fleet; more to read.
+			s.BeatDone(s.NextBeat(h.now), &share.BeatReply{Now: at, Nodes: 2, New: true, Next: at, More: true}, nil, h.now)
+			s.Tick(h.now)
+			if h.local() {
+				t.Fatal("a node not in the fleet used its grant before reading the registry whole")
+			}
+			var gone []share.Departure
+			if tc.departed {
+				gone = []share.Departure{{Node: "a", At: last + 200_000}} // after its last heartbeat
+			}
+			s.BeatDone(s.NextBeat(h.now), &share.BeatReply{Now: at, Nodes: 2, Next: at + 1, Gone: gone}, nil, h.now)
+			s.Tick(h.now)
+			if got := h.local(); got != tc.kept {
+				t.Fatalf("decides in its grant: %v, want %v (%s)", got, tc.kept, s.Describe("client", h.lim))
+			}
+		})
+	}
+}

@@ -53,6 +53,12 @@ const (
 
 // Config configures a Shares. Zero fields mean their defaults.
 type Config struct {
+	// Node is this node's name in the fleet's registry: a heartbeat that
+	// finds the node was not in the fleet drops its grants only if the
+	// registry recorded its departure (others may have its grants), not
+	// after Redis restarted empty (its contests are rebuilt from them).
+	// Empty: every such heartbeat drops them.
+	Node string
 	// Interval is the time between rounds (heartbeats): how soon a node
 	// hears a call. Zero means 20 ms.
 	Interval time.Duration
@@ -185,6 +191,11 @@ type Shares struct {
 	// registryFault: the last heartbeat failed for the registry's keys
 	// themselves (another type).
 	registryFault bool
+	// rejoined: a heartbeat found the node not in the fleet, whose last
+	// successful heartbeat before was at rejoinAfter (µs), and the
+	// registry has not been read whole since.
+	rejoined    bool
+	rejoinAfter int64
 	// moved is how often this node's homes were called away before it
 	// used them again, a moving average over the last few (homeEnded).
 	moved   float64
@@ -620,19 +631,38 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 		s.nextSweep = 0 // the grants are good again: at the next Tick, not the next quiet sweep
 	}
 	s.beatFailed, s.registryFault = 0, false
+	before := s.lastBeat
 	s.lastBeat = max(s.lastBeat, r.Now)
 	if r.New && started {
-		// The store counted this node gone (it did not beat for an active
-		// window, or the store restarted empty): the others may have its
-		// grants already.
-		s.dropGrants()
+		// The node was not in the fleet: the store counted it gone (the
+		// others may have its grants already), or restarted empty (its
+		// contests are rebuilt from its grants). It uses none until it has
+		// read the registry whole, which says which (its own departure).
+		s.rejoined, s.rejoinAfter = true, before
+		if s.cfg.Node == "" {
+			s.dropGrants()
+		}
+		if v := share.Micros(now) - 1; v < s.valid {
+			s.valid = v
+			s.eng.SetValidUntil(share.Nanos(v))
+		}
 	}
 	keep := share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)
 	for _, g := range r.Gone {
+		if g.Node == s.cfg.Node && s.cfg.Node != "" {
+			if s.rejoined && g.At > s.rejoinAfter {
+				s.dropGrants() // counted gone since its last heartbeat
+			}
+			continue
+		}
 		if s.gone == nil {
 			s.gone = make(map[string]int64)
 		}
 		s.gone[g.Node] = max(s.gone[g.Node], g.At)
+	}
+	if !r.More && s.rejoined {
+		s.rejoined = false
+		s.nextSweep = 0 // its grants, if it kept them, are good again at the next Tick
 	}
 	for id, at := range s.gone {
 		if at < r.Now-keep {
@@ -1303,6 +1333,9 @@ func (s *Shares) Tick(now int64) (next int64) {
 	}
 	if s.beatFailed != 0 {
 		valid = min(valid, share.Micros(s.beatFailed))
+	}
+	if s.rejoined {
+		valid = min(valid, us-1) // until the registry says why it was not in the fleet
 	}
 	wake := us + share.Micros(gap)
 	if !s.eng.Degraded() { // what is owed is reported once the store is back
