@@ -96,6 +96,34 @@ func (h *homeNode) reply(op share.Op, r share.Reply) {
 	h.s.OpsDone([]share.Op{op}, []share.Reply{r}, nil, false, h.now)
 }
 
+// ask has a request of key wait for room and returns the op that asks.
+func (h *homeNode) ask(key string) share.Op {
+	h.t.Helper()
+	w, refuse, _ := h.s.Short(h.now, h.now, key, h.lim, 1, h.now+int64(time.Second), nil)
+	if refuse || w == nil {
+		h.t.Fatal("refused")
+	}
+	return h.op()
+}
+
+// served answers op: the pool served its request, and made no home.
+func (h *homeNode) served(op share.Op) {
+	us := share.Micros(h.now)
+	h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Expiry: us + 3e6, Served: 1, ServedAt: us, Now: us})
+}
+
+// calledAwayUnused answers op with key's home, then, an interval on and
+// before the node decides key again, a call on it, and the node's answer.
+func (h *homeNode) calledAwayUnused(key string, op share.Op) {
+	us := share.Micros(h.now)
+	h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Grant: share.One, Growth: share.One,
+		LeaseEnd: us + share.Duration(testHomeLease), Expiry: us + 2*share.Duration(testHomeLease), Served: 1, ServedAt: us, Now: us})
+	h.advance(testInterval)
+	cu := share.Micros(h.now)
+	h.s.Heard(share.Contest{Key: key, Limit: h.lim, Epoch: us, CallAt: cu, Expiry: cu + 1e7}, h.now)
+	h.reply(h.op(), share.Reply{Outcome: share.Done, Epoch: us, Now: cu})
+}
+
 // local reports whether the node decides a request of the key from memory.
 func (h *homeNode) local() bool {
 	h.t.Helper()
@@ -234,43 +262,28 @@ func TestAHomesTransitions(t *testing.T) {
 // with it, in make bench-keys.)
 func TestHomesCalledAwayUnusedAreAskedForLater(t *testing.T) {
 	h := newHomeNode(t)
-	us := share.Micros(h.now)
-	ask := func(key string) share.Op {
-		t.Helper()
-		w, refuse, _ := h.s.Short(h.now, h.now, key, h.lim, 1, h.now+int64(time.Second), nil)
-		if refuse || w == nil {
-			t.Fatal("refused")
-		}
-		return h.op()
-	}
 	// Keys each made a home by its first request and called away before
 	// the node decides it again: after a few, no more.
 	for i := range 5 {
 		key := fmt.Sprintf("rr-%d", i)
-		op := ask(key)
+		op := h.ask(key)
 		if op.Need != share.One {
 			if i < 3 {
 				t.Fatalf("%s: need %d: a first request asks for a home while homes stay", key, op.Need)
 			}
-			h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Expiry: us + 3e6, Served: 1, ServedAt: us, Now: us})
+			h.served(op)
 			continue
 		}
-		h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Grant: share.One, Growth: share.One,
-			LeaseEnd: us + share.Duration(testHomeLease), Expiry: us + 2*share.Duration(testHomeLease), Served: 1, ServedAt: us, Now: us})
-		h.advance(testInterval)
-		cu := share.Micros(h.now)
-		h.s.Heard(share.Contest{Key: key, Limit: h.lim, Epoch: us, CallAt: cu, Expiry: cu + 1e7}, h.now)
-		give := h.op()
-		h.reply(give, share.Reply{Outcome: share.Done, Epoch: us, Now: cu})
+		h.calledAwayUnused(key, op)
 	}
-	first := ask("new")
+	first := h.ask("new")
 	if first.Need != 0 {
 		t.Fatalf("a first request after homes were called away unused: need %d, want 0 (served alone)", first.Need)
 	}
 	nu := share.Micros(h.now)
 	h.reply(first, share.Reply{Outcome: share.Done, Epoch: nu, Pool: share.State{Level: int64(time.Second)}, Expiry: nu + 3e6, Served: 1, ServedAt: nu, Now: nu})
 	h.advance(2 * time.Second)
-	if second := ask("new"); second.Need != share.One {
+	if second := h.ask("new"); second.Need != share.One {
 		t.Fatalf("the key's second request here: need %d, want the whole key if nobody asked in between", second.Need)
 	}
 }

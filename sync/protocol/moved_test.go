@@ -16,35 +16,20 @@ import (
 // never again asked for a home with a key's first request.)
 func TestHomesUsedAgainAreAskedForFirst(t *testing.T) {
 	h := newHomeNode(t)
-	ask := func(key string) share.Op {
-		t.Helper()
-		w, refuse, _ := h.s.Short(h.now, h.now, key, h.lim, 1, h.now+int64(time.Second), nil)
-		if refuse || w == nil {
-			t.Fatal("refused")
-		}
-		return h.op()
-	}
 	// A spell of round-robin: five homes called away unused.
 	for i := range 5 {
 		key := fmt.Sprintf("rr-%d", i)
-		op := ask(key)
-		us := share.Micros(h.now)
-		if op.Need != share.One {
-			h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Expiry: us + 3e6, Served: 1, ServedAt: us, Now: us})
-			continue
+		if op := h.ask(key); op.Need != share.One {
+			h.served(op)
+		} else {
+			h.calledAwayUnused(key, op)
 		}
-		h.reply(op, share.Reply{Outcome: share.Done, Epoch: us, Grant: share.One, Growth: share.One,
-			LeaseEnd: us + share.Duration(testHomeLease), Expiry: us + 2*share.Duration(testHomeLease), Served: 1, ServedAt: us, Now: us})
-		h.advance(testInterval)
-		cu := share.Micros(h.now)
-		h.s.Heard(share.Contest{Key: key, Limit: h.lim, Epoch: us, CallAt: cu, Expiry: cu + 1e7}, h.now)
-		h.reply(h.op(), share.Reply{Outcome: share.Done, Epoch: us, Now: cu})
 	}
 	// Then only pinned clients, each a short session: a home made by its
 	// second request, used (three requests from memory), then left.
 	for i := range 20 {
 		key := fmt.Sprintf("pinned-%d", i)
-		first := ask(key)
+		first := h.ask(key)
 		us := share.Micros(h.now)
 		if first.Need == share.One {
 			t.Logf("pinned-%d: the first request asks for a home again (recovered after %d used homes)", i, i)
@@ -52,7 +37,7 @@ func TestHomesUsedAgainAreAskedForFirst(t *testing.T) {
 		}
 		h.reply(first, share.Reply{Outcome: share.Done, Epoch: us, Pool: share.State{Level: int64(time.Second)}, Expiry: us + 3e6, Served: 1, ServedAt: us, Now: us})
 		h.advance(time.Second)
-		second := ask(key)
+		second := h.ask(key)
 		if second.Need != share.One {
 			t.Fatalf("%s: second request need %d", key, second.Need)
 		}

@@ -1536,9 +1536,6 @@ func (s *Shares) updateRate(ks *keyState, us int64) {
 	}
 	ks.recent = float64(ks.hits) / dt
 	ks.rate += a * (ks.recent - ks.rate)
-	if ks.hits > 0 {
-		ks.useRate = ks.rate
-	}
 	ks.rateAt, ks.hits = us, 0
 }
 

@@ -94,7 +94,6 @@ type keyState struct {
 	// was last asked for (µs); maxWeight the heaviest request seen.
 	rate            float64
 	recent          float64 // the demand over the last fold alone: what spare() keeps for
-	useRate         float64 // rate as of the last fold that saw demand: how sparse the client is (idleAfter)
 	rateAt, lastUse int64
 	hits            int64 // demand taken since rateAt, not yet folded into rate
 	maxWeight       int64
