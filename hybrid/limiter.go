@@ -329,8 +329,9 @@ func (l *Limiter) now() int64 {
 func (l *Limiter) Now() time.Time { return time.Unix(0, l.offset.Now(l.clock.Now())) }
 
 // Allow is shorthand for AllowN(ctx, key, lim, 1).
-func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, error) {
-	return l.AllowN(ctx, key, lim, 1)
+func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (d Decision, err error) {
+	err = l.allowN(ctx, key, &lim, 1, &d) // not AllowN: small enough to inline, it decides into the caller's Decision
+	return d, err
 }
 
 // AllowN decides whether a request of weight n for key may pass under lim,
@@ -346,9 +347,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, lim Limit) (Decision, e
 // another type is decided under the Fallback too (and counted in
 // Stats.Faults). The Async and LocalOnly paths never block and ignore ctx.
 func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (d Decision, err error) {
-	if err = l.allowN(ctx, key, &lim, n, &d); err == local.ErrSealed {
-		return Decision{}, ErrClosed // Close began after the check below
-	}
+	err = l.allowN(ctx, key, &lim, n, &d)
 	return d, err
 }
 
@@ -356,7 +355,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, lim Limit, n int64) (d
 // pointer down the paths that decide from memory (LocalOnly, Async with room,
 // degraded under Conservative): copied through each call, they cost more
 // than the decision itself. lim is AllowN's copy: it is made canonical in
-// place.
+// place. Allow and AllowN call it alone, so that they inline: every
+// error it returns is the caller's (a sealed engine is ErrClosed, d zero).
 func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d *Decision) (err error) {
 	if l.closed.Load() {
 		return ErrClosed
@@ -366,20 +366,24 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d
 	}
 	switch l.mode {
 	case LocalOnly:
-		return l.engine.Decide(l.now(), key, lim, n, &d.Result) // d.Source is Local, the zero value
+		if err = l.engine.Decide(l.now(), key, lim, n, &d.Result); err != nil { // d.Source is Local, the zero value
+			return closedIfSealed(err, d)
+		}
+		return nil
 	case Sync:
 		*d, err = l.syncAllow(ctx, key, *lim, n)
-		return err
+		return closedIfSealed(err, d)
 	}
 	if err := asyncSupports(lim); err != nil {
 		return err
 	}
 	if l.engine.Degraded() {
 		if l.cfg.Fallback == Conservative {
-			return l.conservative(key, lim, n, d)
+			err = l.conservative(key, lim, n, d)
+		} else {
+			*d, err = l.degraded(key, *lim, n)
 		}
-		*d, err = l.degraded(key, *lim, n)
-		return err
+		return closedIfSealed(err, d)
 	}
 	now := l.now()
 	switch err = l.engine.Decide(now, key, lim, n, &d.Result); err {
@@ -389,6 +393,16 @@ func (l *Limiter) allowN(ctx context.Context, key string, lim *Limit, n int64, d
 		*d, err = l.ask(ctx, now, key, *lim, n)
 	case local.ErrFaulted:
 		*d, err = l.degraded(key, *lim, n) // Redis refuses this key: the fallback decides it
+	}
+	return closedIfSealed(err, d)
+}
+
+// closedIfSealed is err, unless the engine was sealed: then Close began
+// after allowN's check, and the call gets ErrClosed and a zero Decision.
+func closedIfSealed(err error, d *Decision) error {
+	if err == local.ErrSealed {
+		*d = Decision{}
+		return ErrClosed
 	}
 	return err
 }
