@@ -183,7 +183,7 @@ func New(s Settings) *Breaker {
 		// stores and a queue append, never a call back in.
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			f, t := fromGobreaker(from), fromGobreaker(to)
-			now := time.Now()
+			now := time.Now() // gobreaker's clock: see ProbeIn
 			b.state.Store(int32(t))
 			b.changes.Add(1)
 			tr := Transition{From: f, To: t, At: now}
@@ -289,11 +289,16 @@ func (b *Breaker) Timeout() time.Duration { return b.settings.Timeout }
 
 // ProbeIn returns how long until an open breaker lets its next probe
 // through: zero when it is not open.
-func (b *Breaker) ProbeIn(now time.Time) time.Duration {
+//
+// The breaker's time is the system clock, not the limiter's (clock.Clock):
+// gobreaker times the open state with time.Now, and the probe comes when
+// its clock says. A wait told against another clock (a manual one in a
+// test, say) would tell nothing of when the probe comes.
+func (b *Breaker) ProbeIn() time.Duration {
 	if b.State() != Open {
 		return 0
 	}
-	return max(time.Duration(b.openedAt.Load()+int64(b.settings.OpenFor)-now.UnixNano()), 0)
+	return max(time.Duration(b.openedAt.Load()+int64(b.settings.OpenFor)-time.Now().UnixNano()), 0)
 }
 
 // Counts is a snapshot of what the breaker has seen.

@@ -3,7 +3,10 @@
 // onto Redis server TIME so that every node decides on the same timeline.
 //
 // Nothing in the limiter reads time.Now directly: time is a parameter or an
-// injected Clock, so no unit test sleeps.
+// injected Clock, so no unit test sleeps. Two clocks are the system's by
+// nature, and are only ever compared with it: the circuit breaker's
+// (gobreaker times its open state with time.Now; breaker.ProbeIn) and a
+// context's deadline (time.Until, how long a caller may still wait).
 package clock
 
 import (

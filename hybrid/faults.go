@@ -149,7 +149,7 @@ func (l *Limiter) noteDegraded() {
 	if !l.faults.degradedLogged.CompareAndSwap(!on, on) {
 		return
 	}
-	now := time.Now()
+	now := l.clock.Now()
 	if on {
 		l.faults.degradedSince.Store(now.UnixNano())
 		l.log.Warn("hybrid: degraded mode started: deciding from memory under the fallback", "fallback", l.cfg.Fallback.String(), "fleet", l.fleet())

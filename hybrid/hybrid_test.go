@@ -298,6 +298,19 @@ func TestFallbacks(t *testing.T) {
 			assert.ErrorIs(t, err, ErrInvalidKey, "bad input is still an error")
 		})
 	})
+	t.Run("fail closed on a manual clock", func(t *testing.T) {
+		// The breaker times its open state on the system clock (gobreaker
+		// does): the wait it tells is not measured against the limiter's
+		// clock, which a test or a replay sets anywhere.
+		clk := clock.NewManual(time.Unix(1_000_000_000, 0))
+		outage(t, Config{Fallback: FailClosed, Clock: clk}, func(l *Limiter, _ *redistest.Server) {
+			d, err := l.Allow(bg, "k", lim)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			assert.Positive(t, d.RetryAfter)
+			assert.LessOrEqual(t, d.RetryAfter, 100*time.Millisecond, "at most BreakerOpenFor: the breaker's next probe")
+		})
+	})
 	t.Run("sync falls back too", func(t *testing.T) {
 		outage(t, Config{Mode: Sync, FleetSize: 2}, func(l *Limiter, _ *redistest.Server) {
 			start := time.Now()

@@ -604,7 +604,7 @@ func (l *Limiter) degraded(key string, lim Limit, n int64) (Decision, error) {
 			return Decision{}, err
 		}
 		res.Allowed = false
-		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
+		res.RetryAfter = max(l.breaker.ProbeIn(), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
 	var d Decision

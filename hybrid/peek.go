@@ -150,7 +150,7 @@ func (l *Limiter) peekDegraded(key string, lim Limit, n int64) (Decision, error)
 			return Decision{}, err
 		}
 		res.Allowed = false
-		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
+		res.RetryAfter = max(l.breaker.ProbeIn(), time.Millisecond)
 		return Decision{Result: res, Source: Degraded}, nil
 	}
 	res, err := l.engine.PeekDegraded(now, key, lim, n)

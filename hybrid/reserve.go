@@ -66,7 +66,9 @@ func (r *Reservation) OK() bool { return r.Allowed }
 // reads the limiter's clock.
 func (r *Reservation) Delay() time.Duration {
 	if r.l == nil {
-		return r.DelayFrom(time.Now())
+		// No limiter, no clock (the Reservation of a call that failed, or
+		// one built by hand): InfDuration if not made, else zero.
+		return r.DelayFrom(time.Unix(0, r.at+int64(r.delay)))
 	}
 	return r.DelayFrom(r.l.Now())
 }
@@ -321,7 +323,7 @@ func (l *Limiter) degradedReserve(r *Reservation, maxWait time.Duration) (*Reser
 			return nil, err
 		}
 		res.Allowed = false
-		res.RetryAfter = max(l.breaker.ProbeIn(l.clock.Now()), time.Millisecond)
+		res.RetryAfter = max(l.breaker.ProbeIn(), time.Millisecond)
 		r.Decision, r.at = Decision{Result: res, Source: Degraded}, now // RetryAfter says when to try again
 		return r, nil
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridlimit/hybridlimit/clock"
 	"github.com/hybridlimit/hybridlimit/limit"
 )
 
@@ -128,7 +129,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	now := opts.Now
 	if now == nil {
-		now = func() int64 { return time.Now().UnixNano() }
+		now = func() int64 { return clock.Real{}.Now().UnixNano() }
 	}
 	return &Store{
 		client:       client,

@@ -472,7 +472,7 @@ func (a *Runner) Flush(ctx context.Context) error {
 			return a.sendLedger(ctx, true)
 		}
 		return nil
-	}, func() time.Duration { return a.deps.Breaker.ProbeIn(time.Now()) },
+	}, func() time.Duration { return a.deps.Breaker.ProbeIn() },
 		func(err error) bool { _, bounded := ctx.Deadline(); return !bounded && errors.Is(err, breaker.ErrOpen) })
 	if err == nil {
 		_, err = breaker.Call(ctx, a.deps.Breaker, a.cfg.CallTimeout, func(ctx context.Context) (struct{}, error) {

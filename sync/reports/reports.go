@@ -321,7 +321,7 @@ func (r *Reporter) Flush(ctx context.Context) error {
 			return nil // nothing to report: the failed round carried only the heartbeat
 		}
 		return err
-	}, func() time.Duration { return r.deps.Breaker.ProbeIn(time.Now()) },
+	}, func() time.Duration { return r.deps.Breaker.ProbeIn() },
 		func(err error) bool { _, bounded := ctx.Deadline(); return !bounded && errors.Is(err, breaker.ErrOpen) })
 	if err == nil {
 		// Leaving: the others divide by one node fewer at once.

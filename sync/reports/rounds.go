@@ -298,7 +298,7 @@ func (r *Reporter) spendRound(ctx context.Context, flush bool) (round.Info, erro
 		return round.Info{Err: err}, err // a round in flight outlasted ctx
 	}
 	defer r.Lock.Release()
-	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn(time.Now()) > 0 {
+	if b := r.deps.Breaker; !flush && b.State() == breaker.Open && b.ProbeIn() > 0 {
 		// Nothing will reach Redis before the breaker's next probe: leave
 		// the spend in the engine, where it waits at no cost, until then.
 		return round.Info{Err: breaker.ErrOpen}, breaker.ErrOpen
