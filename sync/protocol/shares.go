@@ -306,7 +306,7 @@ func (s *Shares) hold(ks *keyState, g int64) {
 	s.eng.Hold(ks.kl.key, ks.kl.lim, local.Share(g))
 }
 
-// state returns kl's state, making it (phase even) if asked to. s.mu is held.
+// state returns kl's state, making it (Even) if asked to. s.mu is held.
 func (s *Shares) state(kl keyLim, make bool) *keyState {
 	ks := s.keys[kl]
 	if ks == nil && make {
@@ -321,12 +321,34 @@ func (s *Shares) state(kl keyLim, make bool) *keyState {
 	return ks
 }
 
+// to moves ks by ev (Transition) and carries out the effects that concern
+// the key's grant, its claim and the engine; it returns the effects, for
+// the caller to carry out the rest (the ops they ask for: Join, GiveBack,
+// HomeLost, which depend on what waits on the key). s.mu is held.
+func (s *Shares) to(ks *keyState, ev Event, in Input) Effect {
+	fx := ks.move(ev, in)
+	if fx&CountExpired != 0 {
+		s.stats.expired.Add(1)
+	}
+	if fx&HoldNothing != 0 {
+		s.hold(ks, 0)
+	}
+	if fx&Release != 0 {
+		s.dropClaim(ks.kl)
+		s.eng.Release(ks.kl.key, ks.kl.lim)
+	}
+	if fx&Join != 0 {
+		s.enqueue(ks, wantJoin)
+	}
+	return fx
+}
+
 // forget drops ks if it has no reason to be kept. s.mu is held.
 func (s *Shares) forget(ks *keyState) {
 	if ks.gone {
 		return // forgotten already: the key may have a new state since
 	}
-	if ks.phase == phaseEven && ks.idle() && !s.queued[ks] {
+	if ks.state == Even && ks.idle() && !s.queued[ks] {
 		delete(s.keys, ks.kl)
 		ks.gone = true
 	}
@@ -702,11 +724,7 @@ func (s *Shares) homeEnded(moved bool) {
 // flight has its answer's grant dropped too, and an op gives it back.
 func (s *Shares) dropGrants() {
 	for _, ks := range s.orderedKeys() {
-		if ks.grant > 0 {
-			s.stats.expired.Add(1)
-			ks.grant, ks.home = 0, false
-			s.hold(ks, 0)
-		}
+		s.to(ks, Lapsed, Input{})
 		switch {
 		case ks.op != nil && ks.retry:
 			ks.op, ks.retry = nil, false
@@ -798,9 +816,9 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 	}
 	ks.registered = max(ks.registered, c.Expiry)
 	switch {
-	case first && ks.phase == phaseEven:
-		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
-		s.hold(ks, 0)
+	case first && ks.state == Even:
+		ks.epoch, ks.expiry, ks.callSeen = c.Epoch, c.Expiry, c.CallAt
+		s.to(ks, Announced, Input{})
 		if !pooledKey(ks.params, s.fleet.size()) {
 			// The contest may hold an even split back for this node (its
 			// creator counted it: FleetSize), and wait for its join: it
@@ -809,32 +827,32 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 			ks.epoch = 0
 			s.enqueue(ks, wantJoin)
 		}
-	case ks.phase == phaseEven && pooledKey(ks.params, s.fleet.size()) && ks.op == nil && len(ks.waiters) == 0:
+	case ks.state == Even && pooledKey(ks.params, s.fleet.size()) && ks.op == nil && len(ks.waiters) == 0:
 		// A pooled key this node holds nothing of: nothing to report, and
 		// a pooled contest waits for no join.
-		ks.phase, ks.epoch, ks.grant, ks.expiry, ks.callSeen = phaseHeld, c.Epoch, 0, c.Expiry, c.CallAt
-		s.hold(ks, 0)
-	case ks.phase == phaseEven || c.Epoch > ks.epoch:
+		ks.epoch, ks.expiry, ks.callSeen = c.Epoch, c.Expiry, c.CallAt
+		s.to(ks, Announced, Input{})
+	case ks.state == Even || c.Epoch > ks.epoch:
 		// A contest this node has not joined (its start, or one that began
 		// while it held an earlier one): it joins with what it holds.
 		ks.joinEpoch, ks.callSeen = c.Epoch, c.CallAt
 		ks.expiry = max(ks.expiry, c.Expiry)
-		s.enqueue(ks, wantJoin)
+		s.to(ks, Contest, Input{})
 	case c.Epoch == ks.epoch:
 		ks.expiry = max(ks.expiry, c.Expiry)
 		if c.CallAt > ks.callSeen {
 			ks.callSeen = c.CallAt
 			if c.CallAt != ks.called { // another node wants room
+				fx := s.to(ks, Called, Input{})
 				// A pooled key's home gives it all back: its demand has
 				// spread, and the pool serves each node's requests in turn
 				// (a grant it kept would hold a pooled key whole here).
-				ks.yield = ks.home && pooledKey(ks.params, s.fleet.size())
-				if ks.home {
+				ks.yield = fx&HomeLost != 0 && pooledKey(ks.params, s.fleet.size())
+				if fx&HomeLost != 0 {
 					s.updateRate(ks, now)
 					s.homeEnded(ks.lastUse <= ks.homeAt) // unused since it began: the demand moves
 				}
-				ks.home = false
-				if ks.grant > 0 && len(ks.waiters) == 0 {
+				if fx&GiveBack != 0 && len(ks.waiters) == 0 {
 					s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
 				}
 			}
@@ -944,7 +962,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	in := ks.intents
 	ks.intents = 0
 	defer func() { ks.yield = false }()
-	if ks.phase == phaseEven && in&(wantJoin|wantAsk|wantMore|wantReport) == 0 {
+	if ks.state == Even && in&(wantJoin|wantAsk|wantMore|wantReport) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
 	snap, ok := s.eng.Snapshot(now, ks.kl.key, ks.kl.lim)
@@ -977,13 +995,13 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		keep = min(keep, s.spare(ks, st, us))
 	case in&wantRenew != 0 && ks.lastUse <= us-max(share.Duration(s.cfg.Lease), s.idleAfter(ks)):
 		keep = 0 // unused for a whole lease (a home: half its lease): back to the pool
-	case in&wantRenew != 0 && ks.home:
+	case in&wantRenew != 0 && ks.state == Home:
 		// A home keeps everything: nobody else wants any of it.
 		s.homeEnded(false) // used, and not called away
 	case in&wantRenew != 0:
 		keep = min(keep, max(s.need(ks), s.spare(ks, st, us)))
 	}
-	if ks.home && keep == 0 && in&(wantIdle|wantRenew) != 0 && ks.lastUse > ks.homeAt {
+	if ks.state == Home && keep == 0 && in&(wantIdle|wantRenew) != 0 && ks.lastUse > ks.homeAt {
 		s.homeEnded(false) // used here, then left: a home that stayed
 	}
 	if in&^wantGive == 0 && held == 0 {
@@ -1027,7 +1045,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	if shadow.Full >= 0 {
 		op.Full = share.Micros(shadow.Full)
 	}
-	if ks.phase == phaseEven {
+	if ks.state == Even {
 		op.Epoch = 0
 	}
 	if keep < int64(held) {
@@ -1167,9 +1185,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	if r.Outcome == share.Ended {
 		// The contest is gone and the op changed nothing: the key is the
 		// fleet's even split again.
-		ks.phase, ks.epoch, ks.grant = phaseEven, 0, 0
-		s.dropClaim(ks.kl)
-		s.eng.Release(ks.kl.key, ks.kl.lim)
+		s.to(ks, Ended, Input{})
 		if len(ks.waiters) > 0 {
 			release(ks, Retry, 0)
 		}
@@ -1177,33 +1193,28 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		return
 	}
 	if op.Leave {
-		ks.phase, ks.grant = phaseHeld, 0
+		s.to(ks, Left, Input{})
 		return
 	}
-	ks.phase, ks.epoch, ks.grant, ks.leaseEnd = phaseHeld, r.Epoch, r.Grant, r.LeaseEnd
+	ks.epoch, ks.leaseEnd = r.Epoch, r.LeaseEnd
+	// The whole key is at home here, unless a call came while the op was
+	// on its way: the give it queued answers that call.
+	s.to(ks, Granted, Input{Grant: r.Grant, Whole: r.Grant >= share.One && ks.callSeen <= op.At})
 	if ks.dropped {
 		// Sent before the node found it had been counted gone: what it
 		// grants is not used, and goes back.
 		ks.dropped = false
-		if r.Grant > 0 {
-			s.stats.expired.Add(1)
-			ks.grant = 0
-			s.hold(ks, 0)
+		if s.to(ks, Lapsed, Input{})&CountExpired != 0 {
 			s.enqueue(ks, wantIdle)
 		}
 		r.Growth, r.Replace = 0, false
 	}
 	ks.expiry = max(ks.expiry, r.Expiry)
-	// The whole key is at home here, unless a call came while the op was
-	// on its way: the give it queued answers that call.
-	ks.home = ks.grant >= share.One && ks.callSeen <= op.At
 	replaced := r.Replace && s.eng.Replace(ks.kl.key, ks.kl.lim, local.Share(r.Grant)) // its shadow is the exact state
 	if ks.grant > 0 && ks.leaseEnd-2*share.Duration(s.cfg.Interval) <= us {
 		// Answered too late to use: lapsed already, as far as the store
 		// will know.
-		s.stats.expired.Add(1)
-		ks.grant = 0
-		s.hold(ks, 0)
+		s.to(ks, Lapsed, Input{})
 	} else if replaced {
 		s.setClaim(ks.kl, r.Grant)
 	} else if r.Growth > 0 {
@@ -1276,7 +1287,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	if r.Served > 0 {
 		ks.servedAt = us
 	}
-	if ks.home && (op.Serve || r.Growth > 0) {
+	if ks.state == Home && (op.Serve || r.Growth > 0) {
 		ks.homeAt = us
 	}
 	// What the store admitted itself goes to the oldest waiters; every
@@ -1356,7 +1367,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 		}
 		s.updateRate(ks, us)
 		held := ks.grant
-		if ks.phase == phaseEven {
+		if ks.state == Even {
 			held = share.Even(s.fleet.size())
 		}
 		if held < share.One && s.rateShare(ks) > held {
@@ -1439,12 +1450,9 @@ func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 		ks.faulted = false
 		s.eng.SetFault(ks.kl.key, ks.kl.lim, false)
 	}
-	if ks.phase == phaseHeld {
+	if ks.state.contested() {
 		if ks.grant > 0 && ks.leaseEnd-margin <= us {
-			// Lapsed: the store takes it as spent at its end.
-			s.stats.expired.Add(1)
-			ks.grant = 0
-			s.hold(ks, 0)
+			s.to(ks, Lapsed, Input{}) // the store takes it as spent at its end
 		}
 		if ks.grant > 0 && us-ks.rateAt >= 2*interval {
 			s.updateRate(ks, us)
@@ -1452,15 +1460,12 @@ func (s *Shares) sweepKey(ks *keyState, us, valid int64) int64 {
 		idle := ks.grant > 0 && ks.lastUse < us-s.idleAfter(ks) && len(ks.waiters) == 0
 		switch {
 		case ks.op != nil || ks.intents != 0:
-		case ks.grant > 0 && ks.leaseEnd-s.leaseOf(ks)/2 <= us && !(ks.home && idle):
+		case ks.grant > 0 && ks.leaseEnd-s.leaseOf(ks)/2 <= us && !(ks.state == Home && idle):
 			s.enqueue(ks, wantRenew)
 		case idle:
 			s.enqueue(ks, wantIdle) // idle: back to the pool, where others find it and its spent state refills at the pool's rate
 		case ks.grant == 0 && ks.expiry+margin <= us && len(ks.waiters) == 0:
-			// The contest has ended: the even split again.
-			ks.phase, ks.epoch = phaseEven, 0
-			s.dropClaim(ks.kl)
-			s.eng.Release(ks.kl.key, ks.kl.lim)
+			s.to(ks, ExpiryPassed, Input{}) // the contest has ended: the even split again
 		}
 		if ks.grant > 0 {
 			valid = min(valid, ks.leaseEnd-margin)
@@ -1487,7 +1492,7 @@ func (s *Shares) leaseOf(ks *keyState) int64 {
 // sparse client pinned here finds its key at home; demand that moves away
 // asks where it goes, and the call ends the home. s.mu is held.
 func (s *Shares) idleAfter(ks *keyState) int64 {
-	if ks.home {
+	if ks.state == Home {
 		return share.Duration(s.cfg.HomeLease) / 2
 	}
 	return 3 * share.Duration(s.cfg.Interval)
@@ -1600,7 +1605,7 @@ func (s *Shares) Leave() {
 	defer s.mu.Unlock()
 	for _, ks := range s.orderedKeys() {
 		release(ks, Unreachable, 0)
-		if ks.phase == phaseHeld && (ks.grant > 0 || ks.op != nil) {
+		if ks.state.contested() && (ks.grant > 0 || ks.op != nil) {
 			s.enqueue(ks, wantLeave)
 		}
 	}
@@ -1625,13 +1630,13 @@ func (s *Shares) Stats() Stats {
 	s.mu.Lock()
 	contested, granted, homes := 0, 0, 0
 	for _, ks := range s.keys {
-		if ks.phase == phaseHeld {
+		if ks.state.contested() {
 			contested++
 		}
-		if ks.grant > 0 {
+		if ks.state.holds() {
 			granted++
 		}
-		if ks.grant > 0 && ks.home {
+		if ks.state == Home {
 			homes++
 		}
 	}
@@ -1644,7 +1649,7 @@ func (s *Shares) Stats() Stats {
 		Granted: granted, Homes: homes, Nodes: nodes}
 }
 
-// Describe returns ks's state for debugging: phase, epoch, grant, lease.
+// Describe returns ks's state for debugging: state, epoch, grant, lease.
 func (s *Shares) Describe(key string, lim limit.Limit) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1652,6 +1657,6 @@ func (s *Shares) Describe(key string, lim limit.Limit) string {
 	if ks == nil {
 		return "even (no state)"
 	}
-	return fmt.Sprintf("%v epoch=%d grant=%d lease=%d expiry=%d waiters=%d op=%v intents=%b", ks.phase, ks.epoch, ks.grant,
+	return fmt.Sprintf("%v epoch=%d grant=%d lease=%d expiry=%d waiters=%d op=%v intents=%b", ks.state, ks.epoch, ks.grant,
 		ks.leaseEnd, ks.expiry, len(ks.waiters), ks.op != nil, ks.intents)
 }

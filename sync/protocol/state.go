@@ -9,25 +9,13 @@ import (
 //
 // A key nobody contests has no state here: the node decides it in the
 // fleet's even split (or, pooled, in nothing) and the store knows nothing
-// of it. Everything else is one keyState, whose phase says which share the
-// node decides the key in:
+// of it. Everything else is one keyState, whose State (machine.go) says
+// which share the node decides the key in, and moves only by Transition.
 //
-//	even     not contested; here only while a request waits on it (its ask
-//	         creates the contest) or a call must still be answered
-//	held     in contest Epoch, holding Grant (zero: none) until LeaseEnd
-//
-// Orthogonal to the phase: at most one op in flight (a node sends one op per
+// Orthogonal to the state: at most one op in flight (a node sends one op per
 // key at a time, and retries the same op, by its sequence number, until the
 // store has answered it), the intents the next op carries, the requests
 // waiting for room, and a refusal the store made until some instant.
-type phase uint8
-
-const (
-	phaseEven phase = iota
-	phaseHeld
-)
-
-func (p phase) String() string { return [...]string{"even", "held"}[p] }
 
 // intent is what a key's next op must do; several may be pending at once
 // and one op carries them all.
@@ -54,10 +42,11 @@ type keyLim struct {
 type keyState struct {
 	kl     keyLim
 	params share.Params
-	phase  phase
+	state  State // moved by Shares.to alone
 	// Epoch is the contest the node holds the key in (store µs; zero in
-	// phase even), Grant its share there, LeaseEnd when the grant lapses
-	// (µs), Expiry the earliest the contest may end (µs).
+	// Even), Grant its share there (positive in Held and Home, zero in the
+	// others), LeaseEnd when the grant lapses (µs), Expiry the earliest the
+	// contest may end (µs).
 	epoch, grant, leaseEnd, expiry int64
 	// callSeen is the latest call processed (µs), called the latest this
 	// node made itself (a node does not answer its own call), in contest
@@ -100,25 +89,37 @@ type keyState struct {
 	// registered is the expiry the registry holds for the contest, as far
 	// as this node has sent or heard (µs).
 	registered int64
-	// home: the node holds the whole key (the store found nobody else
-	// holding any) and no call for it has come since. Demand with a home,
-	// a client pinned to this node, keeps its grant while the key goes
-	// unused for less than three of its own gaps between requests, up to a
-	// lease (renewed whole at half a lease), instead of giving it back
-	// after three idle intervals, so its sparse requests are decided from
-	// memory. A call ends it: the demand has moved or spread.
-	home bool
 	// yield: a call ended a pooled key's home; the answer gives it all
 	// back. dropped: the node dropped its grants (it had been counted gone)
 	// while this op was in flight: its answer's grant is not used.
 	yield, dropped bool
-	// homeAt is when the key became a home here, servedAt when the pool
+	// homeAt is when the key became a home here (Home: the whole key, no
+	// call since; its sparse requests are decided from memory while they
+	// come less than half a home lease apart), servedAt when the pool
 	// last served one of its requests (µs).
 	homeAt, servedAt int64
 	// faulted: the store refuses the key (a key of another type); retried
 	// at faultRetry (µs).
 	faulted    bool
 	faultRetry int64
+}
+
+// move moves ks by ev: its state by Transition, and its grant and epoch
+// with it: the grant granted in Held and Home, zero in the others; no
+// epoch once released to the even split.
+func (ks *keyState) move(ev Event, in Input) Effect {
+	next, fx := Transition(ks.state, ev, in)
+	ks.state = next
+	switch {
+	case ev == Granted:
+		ks.grant = in.Grant
+	case !next.holds():
+		ks.grant = 0
+	}
+	if fx&Release != 0 {
+		ks.epoch = 0
+	}
+	return fx
 }
 
 // want is the weight of the requests waiting on the key.
@@ -137,11 +138,11 @@ func (ks *keyState) want() int64 {
 // for it comes on the channel, and again an interval later, as for a key
 // the node decides in its even split.
 func (ks *keyState) busy() bool {
-	return ks.grant > 0 && !ks.home || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
+	return ks.state == Held || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
 }
 
 // idle reports whether the key has nothing in flight, nothing pending and
-// nothing waiting: a key in phase even and idle has no reason to be here.
+// nothing waiting: a key in Even and idle has no reason to be here.
 func (ks *keyState) idle() bool {
 	return ks.op == nil && ks.intents == 0 && len(ks.waiters) == 0 && ks.deniedUntil == 0 && !ks.faulted
 }
