@@ -277,7 +277,7 @@ func (a *Runner) Run(ctx context.Context) {
 				break
 			}
 		}
-		signal(a.wakeOps)
+		a.opsReady()
 	}
 }
 
@@ -375,6 +375,15 @@ func (a *Runner) send(ctx context.Context) error {
 	}
 }
 
+// opsReady wakes the sender if some key has an op to send: a node at rest,
+// which beats and sweeps a few times a second, has none, and its sender
+// sleeps through.
+func (a *Runner) opsReady() {
+	if a.sh.Pending() {
+		signal(a.wakeOps)
+	}
+}
+
 // tickLoop runs the protocol's timers: at the time Tick asks for, at least
 // every interval, and whenever woken.
 func (a *Runner) tickLoop(ctx context.Context) {
@@ -383,7 +392,7 @@ func (a *Runner) tickLoop(ctx context.Context) {
 	for {
 		now := a.now()
 		next := a.sh.Tick(now)
-		signal(a.wakeOps)
+		a.opsReady()
 		d := min(max(time.Duration(next-now), 100*time.Microsecond), max(a.cfg.Interval, protocol.QuietBeat))
 		a.resting.Store(d > a.cfg.Interval)
 		if d > a.cfg.Interval && a.sh.Waiting() {

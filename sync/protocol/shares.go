@@ -792,6 +792,11 @@ func (s *Shares) Subscribed(now int64) {
 // channel was ever confirmed (Subscribed).
 func (s *Shares) Listening() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.listening }
 
+// Pending reports whether some key has an op to send, or one in flight
+// (NextOps has something to look at): a node at rest has none, and its
+// runner need not wake its sender.
+func (s *Shares) Pending() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) > 0 }
+
 // Waiting reports whether a request waits for room on some key.
 func (s *Shares) Waiting() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.waiting) > 0 }
 
