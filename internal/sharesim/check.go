@@ -404,6 +404,9 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 		}
 	}
 	cov.judge(sc, key, lim, ds, judged, n, refused+late)
+	if len(overs) > 0 {
+		cov.over(key.Routing, lim, seen, spans)
+	}
 	r.Compliant += n
 	r.Refused += refused
 	r.Late += late

@@ -39,12 +39,25 @@ type Coverage struct {
 	// one key reaching one node at one instant), those using the whole
 	// capacity, and how many of each were judged whole.
 	Bursts map[string]*BurstCount
+	// Over counts, by routing, the (key, limit) series offered more than
+	// their limit: what an exact limiter admitted of their requests and
+	// what the fleet did, outside faults and changes of the fleet. Nothing is judged on them (the bound holds the fleet's excess);
+	// this shows how much of what the limit allows the fleet refused.
+	Over map[Routing]*OverCount
 }
+
+// OverCount is what the series over their limit were admitted: Exact by
+// one exact limiter over the same requests, Admitted by the fleet, and Low
+// the series the fleet admitted less than 90% of Exact.
+type OverCount struct{ Series, Exact, Admitted, Low int }
 
 // BurstCount is how many bursts were sent and judged whole.
 type BurstCount struct{ Sent, Judged, Whole, WholeJudged int }
 
 func (c *Coverage) init() {
+	if c.Over == nil {
+		c.Over = map[Routing]*OverCount{}
+	}
 	if c.Keys == nil {
 		c.Keys, c.Requests, c.Judged, c.Failed = map[Routing]int{}, map[Routing]int{}, map[Routing]int{}, map[Routing]int{}
 		c.Traits, c.Events, c.Excluded, c.Bursts = map[string]int{}, map[string]int{}, map[string]int{}, map[string]*BurstCount{}
@@ -187,6 +200,17 @@ func (c *Coverage) Add(o *Coverage) {
 			m[0][k] += v
 		}
 	}
+	for r, v := range o.Over {
+		oc := c.Over[r]
+		if oc == nil {
+			oc = &OverCount{}
+			c.Over[r] = oc
+		}
+		oc.Series += v.Series
+		oc.Exact += v.Exact
+		oc.Admitted += v.Admitted
+		oc.Low += v.Low
+	}
 	for k, v := range o.Bursts {
 		bc := c.Bursts[k]
 		if bc == nil {
@@ -229,6 +253,13 @@ func (c *Coverage) String() string {
 	}
 	w.Flush()
 	fmt.Fprintf(&b, "bound: %d series, %d windows judged (none left out: disturbances add their terms)\n", c.Series, c.Windows)
+	fmt.Fprintf(w, "over the limit, outside disturbances\tseries\tan exact limiter admitted\tthe fleet admitted\tseries under 90%% of it\t\n")
+	for r := range Routing(len(routingNames)) {
+		if oc := c.Over[r]; oc != nil {
+			fmt.Fprintf(w, "%v\t%d\t%d\t%d (%s)\t%d\t\n", r, oc.Series, oc.Exact, oc.Admitted, pct(oc.Admitted, oc.Exact), oc.Low)
+		}
+	}
+	w.Flush()
 	judged, excluded := 0, 0
 	for _, v := range c.Judged {
 		judged += v
@@ -248,4 +279,37 @@ func (c *Coverage) String() string {
 	}
 	w.Flush()
 	return b.String()
+}
+
+// over counts a series offered more than its limit: what one exact limiter
+// admits of its requests, in the order the nodes took them, against what
+// the fleet admitted, leaving out the requests sent while a fault or a
+// change of the fleet relaxes the promises (spans).
+func (c *Coverage) over(r Routing, lim limit.Limit, seen []Decision, spans []span) {
+	c.init()
+	oc := c.Over[r]
+	if oc == nil {
+		oc = &OverCount{}
+		c.Over[r] = oc
+	}
+	std := newExact(lim)
+	exact, admitted := 0, 0
+	for _, d := range seen {
+		ok := std.admit(base+int64(d.Seen), d.N)
+		if slices.ContainsFunc(spans, func(sp span) bool { return !sp.judged && d.Sent >= sp.from && d.Sent <= sp.to }) {
+			continue
+		}
+		if ok {
+			exact += int(d.N)
+		}
+		if d.Allowed {
+			admitted += int(d.N)
+		}
+	}
+	oc.Series++
+	oc.Exact += exact
+	oc.Admitted += admitted
+	if float64(admitted) < 0.9*float64(exact) {
+		oc.Low++
+	}
 }
