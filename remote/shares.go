@@ -94,9 +94,13 @@ func opArgs(p share.Params, op share.Op) []any {
 		}
 		return 0
 	}
+	serve := int64(0) // 0: no; else 1 + the weight of each request served (op.Each, 0: they differ)
+	if op.Serve {
+		serve = 1 + max(op.Each, 0)
+	}
 	return []any{int(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
-		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), b(op.Serve),
+		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), serve,
 		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied}
 }
 

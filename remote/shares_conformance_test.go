@@ -45,6 +45,7 @@ func TestShareScriptsConform(t *testing.T) {
 		br.RefilledCalls += b.RefilledCalls
 		br.LastAskerHomes += b.LastAskerHomes
 		br.ServedHomes += b.ServedHomes
+		br.PartServed += b.PartServed
 		if testing.Verbose() {
 			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
 		}
@@ -55,7 +56,8 @@ func TestShareScriptsConform(t *testing.T) {
 	t.Logf("%d ops agreed, %d of them sent knowing of a departure (%d read); the script's rarer branches taken: %+v", ops, goneOps, gone, br)
 	// The branches the share script's latest changes added, each met by
 	// some op (the scenarios of the first 80 seeds meet them all).
-	for name, n := range map[string]int{"backdated": br.Backdated, "served homes": br.ServedHomes, "refilled calls": br.RefilledCalls} {
+	for name, n := range map[string]int{"backdated": br.Backdated, "served homes": br.ServedHomes, "refilled calls": br.RefilledCalls,
+		"part served": br.PartServed} {
 		assert.Positive(t, n, "no op took the script's %s branch", name)
 	}
 }

@@ -38,6 +38,11 @@ type Op struct {
 	// the pool itself, if the pool has the room, rather than growing the
 	// node.
 	Serve bool
+	// Each is, for a Serve op, the weight of each of the requests its Want
+	// adds up (zero: they weigh differently): the pool with room for some
+	// of them but not all serves as many whole requests as it holds, the
+	// oldest first, rather than none.
+	Each int64
 	// Fleet is the number of nodes the node divides uncontested keys among,
 	// and Pooled marks a key with no even split (one request weighs more
 	// than the split): a contest an op creates expects Fleet − 1 other

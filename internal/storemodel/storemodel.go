@@ -48,6 +48,7 @@ type Branches struct {
 	RefilledCalls  int // a home whose refill came called past the back-off
 	LastAskerHomes int // a served request made no home for another node's ask, which the records no longer show
 	ServedHomes    int // a served request made a home
+	PartServed     int // the pool served part of what waited
 }
 
 // kl names a (key, limit).
@@ -440,10 +441,24 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				h.ExOK = false // the pool spent: the creator's shadow no longer holds everything
 				break
 			}
+			// The pool has room for some of the requests that wait, not all:
+			// as many whole ones as it holds, now, the oldest first (the node
+			// admits its waiters in order while what was served covers them).
+			// Serving all or none refused every request of a burst the pool
+			// held all but one of, and left the room to nobody. Requests of
+			// different weights (Each zero) are served all or none: the store
+			// cannot tell where one ends.
+			if w := wholeRequests(min(p.Room(h.Pool, pool, now), op.Want-op.Each), op.Each); w > 0 && p.Kind != share.Meter {
+				br.PartServed++
+				h.PoolState, h.PoolAt = p.Spend(pool, h.Pool, w, now), now
+				pool = p.Decay(h.PoolState, h.PoolAt, now)
+				reply.Served, reply.ServedAt = w, now
+				h.ExOK = false
+			}
 		}
 		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
-			reply.Until = until(p, h.Pool, op.Want, pool, now, set) // the pool's own refill
+			reply.Until = until(p, h.Pool, op.Want-reply.Served, pool, now, set) // the pool's own refill
 		}
 	case op.Want > 0:
 		d := p.Grow(op.Want, keep, state, pool, now)
@@ -883,4 +898,13 @@ func indexByte(s string, c byte) int {
 		}
 	}
 	return -1
+}
+
+// wholeRequests is the weight of as many whole requests of weight each as
+// w holds (zero when each is zero: their weights differ).
+func wholeRequests(w, each int64) int64 {
+	if each <= 0 || w <= 0 {
+		return 0
+	}
+	return w / each * each
 }

@@ -18,7 +18,9 @@
 --          node and µs (share.Settings.Gone), then per key 28 values: the limit (kind, interval ns, tolerance ns,
 --          capacity, period µs, rate) and the op (epoch, held, keep, level,
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
---          leave, serve, seq, full, shadow, shadow since, owed, applied).
+--          leave, serve (0: no; else 1 + the weight of each request served,
+--          0 when they differ), seq, full, shadow, shadow since, owed,
+--          applied).
 -- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now; or for a key that failed: 0,
@@ -635,10 +637,31 @@ local function apply(k, p, op)
         served = true
       end
     end
+    if not served and h.pool > 0 and p.kind ~= METER then
+      -- The pool has room for some of the requests that wait, not all: as
+      -- many whole ones as it holds, now, the oldest first (storemodel says
+      -- why).
+      local f = free(p, pool, now)
+      local w = 0
+      if f > 0 and op.each > 0 then
+        w = math.min(math.floor(f * h.pool / (p.unit * ONE)), op.want - op.each)
+        w = math.floor(w / op.each) * op.each
+      end
+      if w > 0 then
+        if p.level then
+          pool = {pool[1] + math.ceil(w * p.interval * ONE / h.pool), pool[2], pool[3], pool[4]}
+        else
+          pool = {pool[1], pool[2], pool[3] + math.ceil(w * ONE * ONE / h.pool), pool[4]}
+        end
+        h.ps, h.poolAt = pool, now
+        r.served, r.servedAt = w, now
+        h.exOK = false
+      end
+    end
     if not served then
       r.outcome, r.untl = short(h, node)
       if r.outcome == NOROOM and not others(h, node) then
-        r.untl = untilOf(p, h.pool, op.want, pool)
+        r.untl = untilOf(p, h.pool, op.want - r.served, pool)
       end
     end
   elseif op.want > 0 then
@@ -747,7 +770,7 @@ for i = 1, #KEYS do
     state = {tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11]), tonumber(ARGV[a + 12]), tonumber(ARGV[a + 13])},
     at = tonumber(ARGV[a + 14]), want = tonumber(ARGV[a + 15]), asked = tonumber(ARGV[a + 16]),
     need = tonumber(ARGV[a + 17]), fleet = tonumber(ARGV[a + 18]), pooled = ARGV[a + 19] == '1',
-    join = ARGV[a + 20] == '1', leave = ARGV[a + 21] == '1', serve = ARGV[a + 22] == '1', seq = tonumber(ARGV[a + 23]),
+    join = ARGV[a + 20] == '1', leave = ARGV[a + 21] == '1', serve = tonumber(ARGV[a + 22]) >= 1, each = math.max(tonumber(ARGV[a + 22]) - 1, 0), seq = tonumber(ARGV[a + 23]),
     full = tonumber(ARGV[a + 24]), shadow = tonumber(ARGV[a + 25]), shadowSince = tonumber(ARGV[a + 26]),
     owed = ARGV[a + 27] == '1', applied = tonumber(ARGV[a + 28])}
   local ok, res = pcall(apply, KEYS[i], p, op)

@@ -1040,12 +1040,19 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	s.seq = max(s.seq+1, us) // grows across restarts of the node too: the store answers a seq it has seen as it did
 	asked := int64(0)        // the latest of the requests waiting: what the pool admits counts once they all were made
-	for _, w := range ks.waiters {
+	each := int64(0)         // the weight of each request waiting, if they weigh the same
+	for i, w := range ks.waiters {
 		asked = max(asked, w.at)
+		switch {
+		case i == 0:
+			each = w.n
+		case w.n != each:
+			each = -1
+		}
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
 		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
-		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
+		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Each: max(each, 0), Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
 		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
 	if shadow.Full >= 0 {
 		op.Full = share.Micros(shadow.Full)
