@@ -501,7 +501,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool
 			if reply.Outcome == share.NoRoom {
 				// Its room comes from the whole limit's refill now.
-				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until = until(p, keep+growth, op.Want-reply.Served, p.Merge(keep, state, growth, pool), now, set)
 			}
 		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)

@@ -80,3 +80,25 @@ func TestThePoolServesTheWholeRequestsItHasRoomFor(t *testing.T) {
 		})
 	}
 }
+
+// A request partly served is told when the rest fits, not the whole: the
+// node refuses alone until then. A node the partial serve also made the
+// key's home (Need One) was told when all 8 fit again, the 5 served
+// included: 800 ms where 300 hold the 3 left.
+func TestAPartlyServedAskIsToldWhenTheRestFits(t *testing.T) {
+	set := share.Settings{Lease: 1_000_000, CallWindow: 20_000, Cooldown: 100_000, Recovery: 300_000, HomeLease: 20_000_000}
+	lim := limit.PerSecond(10) // burst 10
+	for _, need := range []int64{0, share.One} {
+		m := New(10_000_000)
+		now := int64(1_800_000_000_000_000)
+		first := m.Op(now, "a", set, share.Op{Key: "k", Limit: lim, At: now, AskedAt: now, Want: 10, Serve: true, Each: 1,
+			Fleet: 20, Pooled: true, Seq: 1, Full: -1, Shadow: -1})
+		require.Equal(t, int64(10), first.Served)
+		now += 500_000 // room for 5
+		r := m.Op(now, "a", set, share.Op{Key: "k", Limit: lim, Epoch: first.Epoch, At: now, AskedAt: now, Want: 8, Serve: true, Each: 1,
+			Need: need, Fleet: 20, Pooled: true, Seq: 2, Full: -1, Shadow: -1})
+		assert.Equal(t, int64(5), r.Served, "need %d", need)
+		assert.Equal(t, share.NoRoom, r.Outcome, "need %d", need)
+		assert.LessOrEqual(t, r.Until-now, int64(300_000), "need %d: room for the 3 left in 300 ms", need)
+	}
+}

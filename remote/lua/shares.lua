@@ -725,7 +725,7 @@ local function apply(k, p, op)
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
-        r.untl = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
+        r.untl = untilOf(p, keep + growth, op.want - r.served, merge(p, keep, state, growth, pool))
       end
     elseif r.outcome == DONE and not op.serve and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
