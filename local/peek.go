@@ -118,18 +118,7 @@ func (sh *shard) peekEntry(key string, h uint64, lim limit.Limit, s Share, now i
 		}
 	}
 	en := entry{pol: pol, share: s}
-	if c := sh.e.claimed.Load(); c != nil && sh.e.track {
-		if g, contested := (*c)(key, lim); contested {
-			en.set(flagContested)
-			en.share = max(g, 1)
-			if g == 0 && sh.e.asks {
-				en.set(flagEmpty)
-			}
-			if g > 0 {
-				startSpent(&en, sh.now) // as find makes it: a grant's lost state
-			}
-		}
-	}
+	sh.claim(&en, key, lim) // as find makes it
 	if lim.Algorithm != limit.SlidingWindowLog {
 		sh.restore(&en, h, sh.now) // a bucket's or a window's restore touches only en
 		return en, eventLog{}, nil

@@ -108,24 +108,7 @@ func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry,
 		return nil, err
 	}
 	x := &entry{pol: pol, share: s}
-	if c := sh.e.claimed.Load(); c != nil && sh.e.track {
-		if g, contested := (*c)(key, lim); contested {
-			x.set(flagContested)
-			x.share = max(g, 1) // the share Redis accounts this node for; none until it grants one
-			if g == 0 && sh.e.asks {
-				x.set(flagEmpty)
-			}
-			if g > 0 {
-				// A grant the node holds of a key it no longer had: evicted
-				// (or made while its op was on its way), its state is lost.
-				// It starts wholly spent, unless the record of its eviction
-				// bounds it better: fresh, it would admit again what the
-				// grant had admitted (a home of 1 an hour, evicted under
-				// a flood of keys, admitted a second request at once).
-				startSpent(x, sh.now)
-			}
-		}
-	}
+	sh.claim(x, key, lim)
 	sh.restore(x, h, sh.now)
 	if ok {
 		// Another limit on a key already held: an extra of its own state.
@@ -152,6 +135,33 @@ func (sh *shard) find(key string, h uint64, limp *limit.Limit, s Share) (*entry,
 	}
 	sh.e.keys.Add(1)
 	return x, nil
+}
+
+// claim sets a new entry of key under lim as the protocol's claims say
+// (Engine.SetClaimed): a contested key is decided in the share Redis
+// accounts this node for, none until it grants one. A grant the node holds
+// of a key it no longer had (evicted, or made while its op was on its way)
+// has lost its state: the entry starts wholly spent, unless the record of
+// its eviction bounds it better (restore, after); fresh, it would admit
+// again what the grant had admitted (a home of 1 an hour, evicted under a
+// flood of keys, admitted a second request at once). The shard is locked.
+func (sh *shard) claim(en *entry, key string, lim limit.Limit) {
+	c := sh.e.claimed.Load()
+	if c == nil || !sh.e.track {
+		return
+	}
+	g, contested := (*c)(key, lim)
+	if !contested {
+		return
+	}
+	en.set(flagContested)
+	en.share = max(g, 1)
+	if g == 0 && sh.e.asks {
+		en.set(flagEmpty)
+	}
+	if g > 0 {
+		startSpent(en, sh.now)
+	}
 }
 
 // startSpent makes a new entry's state wholly spent at now.

@@ -39,13 +39,7 @@ func TestShareScriptsConform(t *testing.T) {
 			nodes: map[string]*remote.Store{}, active: sc.ActiveWindow}
 		sharesim.RunOn(sc, st)
 		ops, gone, goneOps = ops+st.ops, gone+st.gone, goneOps+st.goneOps
-		b := st.model.Branches
-		br.Backdated += b.Backdated
-		br.GoneLapsed += b.GoneLapsed
-		br.RefilledCalls += b.RefilledCalls
-		br.LastAskerHomes += b.LastAskerHomes
-		br.ServedHomes += b.ServedHomes
-		br.PartServed += b.PartServed
+		br.Add(st.model.Branches)
 		if testing.Verbose() {
 			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
 		}

@@ -372,15 +372,8 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 			cov.exclude("at the edge of the limit (within AskWait before a request over it)")
 			continue
 		}
-		why := ""
-		for _, sp := range spans {
-			if !sp.judged && d.Sent >= sp.from && d.Sent <= sp.to {
-				why = sp.what
-				break
-			}
-		}
-		if why != "" {
-			cov.exclude(why)
+		if sp, relaxed := relaxing(spans, d.Sent); relaxed {
+			cov.exclude(sp.what)
 			continue
 		}
 		n++
@@ -461,6 +454,17 @@ func circumstance(sc *Scenario, lim limit.Limit, d Decision, prev *Decision, ref
 		what += ", refused at the end of AskWait"
 	}
 	return what
+}
+
+// relaxing returns the disturbance span whose promises are relaxed at at
+// (a request sent then is not judged), if any.
+func relaxing(spans []span, at time.Duration) (span, bool) {
+	for _, sp := range spans {
+		if !sp.judged && at >= sp.from && at <= sp.to {
+			return sp, true
+		}
+	}
+	return span{}, false
 }
 
 // meets names the disturbances a window from from to to meets, if any.

@@ -43,7 +43,7 @@ type Coverage struct {
 	// their limit: what an exact limiter admitted of their requests and
 	// what the fleet did, outside faults and changes of the fleet. Nothing is judged on them (the bound holds the fleet's excess);
 	// this shows how much of what the limit allows the fleet refused.
-	Over map[Routing]*OverCount
+	Over map[Routing]OverCount
 }
 
 // OverCount is what the series over their limit were admitted: Exact by
@@ -51,12 +51,16 @@ type Coverage struct {
 // the series the fleet admitted less than 90% of Exact.
 type OverCount struct{ Series, Exact, Admitted, Low int }
 
+func (a OverCount) plus(b OverCount) OverCount {
+	return OverCount{a.Series + b.Series, a.Exact + b.Exact, a.Admitted + b.Admitted, a.Low + b.Low}
+}
+
 // BurstCount is how many bursts were sent and judged whole.
 type BurstCount struct{ Sent, Judged, Whole, WholeJudged int }
 
 func (c *Coverage) init() {
 	if c.Over == nil {
-		c.Over = map[Routing]*OverCount{}
+		c.Over = map[Routing]OverCount{}
 	}
 	if c.Keys == nil {
 		c.Keys, c.Requests, c.Judged, c.Failed = map[Routing]int{}, map[Routing]int{}, map[Routing]int{}, map[Routing]int{}
@@ -201,15 +205,7 @@ func (c *Coverage) Add(o *Coverage) {
 		}
 	}
 	for r, v := range o.Over {
-		oc := c.Over[r]
-		if oc == nil {
-			oc = &OverCount{}
-			c.Over[r] = oc
-		}
-		oc.Series += v.Series
-		oc.Exact += v.Exact
-		oc.Admitted += v.Admitted
-		oc.Low += v.Low
+		c.Over[r] = c.Over[r].plus(v)
 	}
 	for k, v := range o.Bursts {
 		bc := c.Bursts[k]
@@ -255,7 +251,7 @@ func (c *Coverage) String() string {
 	fmt.Fprintf(&b, "bound: %d series, %d windows judged (none left out: disturbances add their terms)\n", c.Series, c.Windows)
 	fmt.Fprintf(w, "over the limit, outside disturbances\tseries\tan exact limiter admitted\tthe fleet admitted\tseries under 90%% of it\t\n")
 	for r := range Routing(len(routingNames)) {
-		if oc := c.Over[r]; oc != nil {
+		if oc, ok := c.Over[r]; ok {
 			fmt.Fprintf(w, "%v\t%d\t%d\t%d (%s)\t%d\t\n", r, oc.Series, oc.Exact, oc.Admitted, pct(oc.Admitted, oc.Exact), oc.Low)
 		}
 	}
@@ -287,29 +283,22 @@ func (c *Coverage) String() string {
 // change of the fleet relaxes the promises (spans).
 func (c *Coverage) over(r Routing, lim limit.Limit, seen []Decision, spans []span) {
 	c.init()
-	oc := c.Over[r]
-	if oc == nil {
-		oc = &OverCount{}
-		c.Over[r] = oc
-	}
 	std := newExact(lim)
-	exact, admitted := 0, 0
+	oc := OverCount{Series: 1}
 	for _, d := range seen {
 		ok := std.admit(base+int64(d.Seen), d.N)
-		if slices.ContainsFunc(spans, func(sp span) bool { return !sp.judged && d.Sent >= sp.from && d.Sent <= sp.to }) {
+		if _, relaxed := relaxing(spans, d.Sent); relaxed {
 			continue
 		}
 		if ok {
-			exact += int(d.N)
+			oc.Exact += int(d.N)
 		}
 		if d.Allowed {
-			admitted += int(d.N)
+			oc.Admitted += int(d.N)
 		}
 	}
-	oc.Series++
-	oc.Exact += exact
-	oc.Admitted += admitted
-	if float64(admitted) < 0.9*float64(exact) {
-		oc.Low++
+	if float64(oc.Admitted) < 0.9*float64(oc.Exact) {
+		oc.Low = 1
 	}
+	c.Over[r] = c.Over[r].plus(oc)
 }

@@ -51,6 +51,16 @@ type Branches struct {
 	PartServed     int // the pool served part of what waited
 }
 
+// Add adds o's counts to b's.
+func (b *Branches) Add(o Branches) {
+	b.Backdated += o.Backdated
+	b.GoneLapsed += o.GoneLapsed
+	b.RefilledCalls += o.RefilledCalls
+	b.LastAskerHomes += o.LastAskerHomes
+	b.ServedHomes += o.ServedHomes
+	b.PartServed += o.PartServed
+}
+
 // kl names a (key, limit).
 type kl struct {
 	key string
