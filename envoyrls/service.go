@@ -533,19 +533,17 @@ func (s *Service) envoyCount(ctx context.Context, v *verdict, now time.Time) (hy
 		if err != nil || d.Allowed {
 			return fleet(d, err)
 		}
-		// Spend what remains: the window is over its limit. In memory a
-		// share of the limit may refuse the whole remainder; a few halvings
-		// find what it takes.
-		for left, tries := d.Remaining, 0; left > 0 && tries < 8; tries++ {
-			e, err := s.lim.AllowN(ctx, key, r.Limit, left)
-			if err != nil {
-				return d, err
-			}
-			if e.Allowed {
-				left = e.Remaining
-				continue
-			}
-			left /= 2
+		if counted && !fleetOver {
+			// The fleet's count holds this call: the denial is the
+			// limiter's alone (in Async mode, an instance's share short and
+			// its ask for room answered after AskWait), where
+			// envoyproxy/ratelimit admits. The window is not over: nothing
+			// is spent on it, nor marked.
+			d.Remaining, d.Result.Limit = 0, r.Limit
+			return d, nil
+		}
+		if err := s.spendRest(ctx, key, r.Limit, d.Remaining, r.Unit.Seconds(), windowStart(now, r.Unit.Seconds())); err != nil {
+			return d, err
 		}
 	}
 	m, err := s.lim.AllowN(ctx, overKey(key), mark, 1)
@@ -555,6 +553,44 @@ func (s *Service) envoyCount(ctx context.Context, v *verdict, now time.Time) (hy
 	d.Source = m.Source
 	d.Allowed, d.Remaining, d.Result.Limit = false, 0, r.Limit
 	return d, nil
+}
+
+// spendRest spends what remains of key's window (the window starting at
+// window, Unix seconds, secs long) after a denial that went over the limit:
+// no later request fits in the window. In memory a share of the limit may
+// refuse the whole remainder; a few halvings find what it takes.
+//
+// In Async mode it spends only what this instance holds, never waiting for
+// the fleet: the fleet's count (counts) refuses the window's later calls on
+// every instance, and asking the pool for the remainder held a denied call
+// up to AskWait an ask, so that the halvings ran past the window's end and
+// spent the next window's room (with 4 replicas offered twice a 500/s limit
+// round-robin, whole seconds admitted under 40). It stops at the window's
+// end, whatever the mode.
+func (s *Service) spendRest(ctx context.Context, key string, lim limit.Limit, left, secs, window int64) error {
+	if s.lim.Mode() == hybrid.Async {
+		// A deadline already passed: the limiter decides in this
+		// instance's share and asks nobody (Config.AskWait: ctx bounds
+		// the wait).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Time{})
+		defer cancel()
+	}
+	for tries := 0; left > 0 && tries < 8; tries++ {
+		if windowStart(s.lim.Now(), secs) != window {
+			return nil
+		}
+		e, err := s.lim.AllowN(ctx, key, lim, left)
+		if err != nil {
+			return err
+		}
+		if e.Allowed {
+			left = e.Remaining
+			continue
+		}
+		left /= 2
+	}
+	return nil
 }
 
 // algorithm decides a rule with an algorithm of its own: a denied request
