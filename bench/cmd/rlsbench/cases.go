@@ -67,11 +67,11 @@ func (b *bench) stickyRun(ctx context.Context, kind rlsrun.Kind, n, limit int) (
 		st.perSecond[i], st.answered[i] = make([]float64, n), make([]float64, n)
 	}
 	for _, x := range s {
-		sec := int(x.at / time.Second)
+		sec := secondOf(x.at)
 		switch {
 		case x.err:
 			st.errs++
-		case sec >= secs:
+		case sec < 0 || sec >= secs:
 		default:
 			st.answered[sec][x.inst%n] += 1 / float64(limit)
 			if !x.over {

@@ -564,7 +564,7 @@ func (b *bench) accuracyRun(ctx context.Context, kind rlsrun.Kind) (accuracy, er
 		}
 		if !x.over {
 			a.admitted++
-			if i := int(x.at / time.Second); i < secs {
+			if i := secondOf(x.at); i >= 0 && i < secs {
 				a.perSecond[i]++
 			}
 		}

@@ -74,6 +74,9 @@ func TestPickCases(t *testing.T) {
 func TestTallyCountsRefusalsWithinTheLimitOnly(t *testing.T) {
 	ms := time.Millisecond
 	s := []sample{
+		// sent before the run's first window (as fast as the clients go,
+		// they start before it): the window before, left out, not window 0
+		{at: -10 * ms, lat: ms},
 		// window 0, limit 3: the 2nd call refused (within), the 4th refused (past the limit)
 		{at: 5 * ms, lat: ms},
 		{at: 15 * ms, lat: 25 * ms, over: true},
@@ -93,6 +96,17 @@ func TestTallyCountsRefusalsWithinTheLimitOnly(t *testing.T) {
 	}
 	if got := tally(nil, 3, 2); got.refusedWithin != 0 || len(got.admitted) != 2 {
 		t.Fatalf("%+v", got)
+	}
+}
+
+func TestSecondOfASampleRoundsDown(t *testing.T) {
+	for _, c := range []struct {
+		at   time.Duration
+		want int
+	}{{0, 0}, {999 * time.Millisecond, 0}, {time.Second, 1}, {-time.Nanosecond, -1}, {-time.Second, -1}, {-time.Second - 1, -2}} {
+		if got := secondOf(c.at); got != c.want {
+			t.Errorf("secondOf(%v) = %d, want %d", c.at, got, c.want)
+		}
 	}
 }
 
