@@ -533,12 +533,15 @@ func (s *Service) envoyCount(ctx context.Context, v *verdict, now time.Time) (hy
 		if err != nil || d.Allowed {
 			return fleet(d, err)
 		}
-		if counted && !fleetOver {
-			// The fleet's count holds this call: the denial is the
-			// limiter's alone (in Async mode, an instance's share short and
-			// its ask for room answered after AskWait), where
-			// envoyproxy/ratelimit admits. The window is not over: nothing
-			// is spent on it, nor marked.
+		if counted && !fleetOver && s.lim.Mode() == hybrid.Async {
+			// The fleet's count, as this replica knows it, holds this
+			// call: in Async mode the denial may be the limiter's alone
+			// (this replica's share short, its ask for room answered after
+			// AskWait), where envoyproxy/ratelimit admits. Nothing is spent
+			// on it, nor marked: the count ends the window once it passes
+			// the limit, on every replica within an interval. (Sync and
+			// LocalOnly decide exactly: their denial is the window's end,
+			// whatever a count that lags the other replicas' hits says.)
 			d.Remaining, d.Result.Limit = 0, r.Limit
 			return d, nil
 		}
