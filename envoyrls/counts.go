@@ -25,14 +25,21 @@ import (
 // No call waits on Redis but the first for a (key, window) this replica
 // did not hold in the window before, which reads the fleet's count once,
 // at most ReadWait, never while the limiter is degraded. Every interval,
-// each (key, window) called since the last one costs one command in one
-// pipeline: the hits since, added to the count (INCRBY, and EXPIRE the
-// first time), whose answer is the fleet's count. A replica at rest sends
-// nothing.
+// each (key, window) called since the last one costs two commands in one
+// pipeline: the hits since, added to the count (INCRBY and EXPIRE), whose
+// answer is the fleet's count. A replica at rest sends nothing.
+//
+// EXPIRE goes with every INCRBY, as envoyproxy/ratelimit sends it: the key
+// names its window's start, so setting its expiry again only moves it
+// within a window's length, and a key Redis lost and an INCRBY made again
+// expires too. Plain commands need no script (nothing to load again when
+// Redis lost its scripts) and on a Redis Cluster each key is its own slot:
+// the pipeline splits by node.
 type counts struct {
 	rdb      redis.UniversalClient // nil: counts in memory only
 	prefix   string
 	readWait time.Duration
+	sendWait time.Duration // bounds a flush
 	maxKeys  int64
 	degraded func() bool
 	now      func() time.Time // the limiter's clock
@@ -71,18 +78,8 @@ type windowCount struct {
 
 func (w *windowCount) known() int64 { return w.total + w.pending + w.sending }
 
-// countScript adds ARGV[1] to KEYS[1] and returns the sum; a key it
-// creates expires after ARGV[2] seconds (a window's length, as
-// envoyproxy/ratelimit's do). The sum equal to what was added is a key
-// this call created (or one at 0, which the call that created it gave its
-// expiry: setting it again only moves it within a window's length), so a
-// key made again after Redis lost it expires too.
-var countScript = redis.NewScript(`local n = redis.call('INCRBY', KEYS[1], ARGV[1])
-if n == tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-return n`)
-
 func newCounts(rdb redis.UniversalClient, prefix string, interval, readWait time.Duration, maxKeys int, degraded func() bool, now func() time.Time, log *slog.Logger) *counts {
-	c := &counts{rdb: rdb, prefix: prefix, readWait: readWait, maxKeys: int64(maxKeys), degraded: degraded, now: now, log: log, seed: maphash.MakeSeed()}
+	c := &counts{rdb: rdb, prefix: prefix, readWait: readWait, sendWait: max(interval, time.Second), maxKeys: int64(maxKeys), degraded: degraded, now: now, log: log, seed: maphash.MakeSeed()}
 	for i := range c.shards {
 		c.shards[i].m = map[string]*windowCount{}
 		c.shards[i].pruneAt = 64
@@ -186,6 +183,11 @@ func (c *counts) read(ctx context.Context, key string) (int64, error) {
 	return n, err
 }
 
+// incr queues, on pipe, the INCRBY of w's count by hits and its EXPIRE.
+func (c *counts) incr(ctx context.Context, pipe redis.Pipeliner, w *windowCount, hits int64) (*redis.IntCmd, *redis.BoolCmd) {
+	return pipe.IncrBy(ctx, w.redisKey, hits), pipe.Expire(ctx, w.redisKey, time.Duration(w.secs)*time.Second)
+}
+
 // prune drops sh's counts of windows that ended before the one before
 // now's, with nothing left to send. Called with sh.mu held.
 func (c *counts) prune(sh *countShard, now time.Time) {
@@ -208,7 +210,7 @@ func (c *counts) run(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(interval, time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), c.sendWait)
 		c.flush(ctx, c.now())
 		cancel()
 	}
@@ -216,10 +218,11 @@ func (c *counts) run(interval time.Duration) {
 
 // sent is one (key, window)'s part of a flush.
 type sent struct {
-	sh   *countShard
-	w    *windowCount
-	hits int64
-	cmd  *redis.Cmd
+	sh     *countShard
+	w      *windowCount
+	hits   int64
+	cmd    *redis.IntCmd
+	expire *redis.BoolCmd
 }
 
 // flush sends, in one pipeline, the hits of every (key, window) called
@@ -252,31 +255,19 @@ func (c *counts) flush(ctx context.Context, now time.Time) {
 	if len(batch) == 0 {
 		return
 	}
-	all := make([]*sent, len(batch))
+	pipe := c.rdb.Pipeline()
 	for i := range batch {
-		all[i] = &batch[i]
+		b := &batch[i]
+		b.cmd, b.expire = c.incr(ctx, pipe, b.w, b.hits)
 	}
-	err := c.send(ctx, all)
-	// A Redis that lost its scripts (restarted, flushed, a failover)
-	// answers NOSCRIPT: load it and send those again (only those: on a
-	// Cluster the other shards counted theirs).
-	var again []*sent
-	for i := range batch {
-		if e := batch[i].cmd.Err(); e != nil && redis.HasErrorPrefix(e, "NOSCRIPT") {
-			again = append(again, &batch[i])
-		}
-	}
-	if len(again) > 0 {
-		if err = countScript.Load(ctx, c.rdb).Err(); err == nil {
-			err = c.send(ctx, again)
-		}
-	}
+	_, err := pipe.Exec(ctx)
 	failed := 0
 	for _, b := range batch {
-		n, err := b.cmd.Int64()
+		n, err := b.cmd.Result()
 		b.sh.mu.Lock()
 		if err == nil {
 			b.w.total = max(b.w.total, n)
+			b.w.called = b.w.called || b.expire.Err() != nil // the expiry set next time
 		} else {
 			b.w.pending += b.hits
 			b.w.called = true
@@ -290,15 +281,6 @@ func (c *counts) flush(ctx context.Context, now time.Time) {
 		c.flushesFailed.Add(1)
 		c.log.Debug("envoyrls: counts not sent to Redis: sent again next time", "keys", failed, "err", err)
 	}
-}
-
-func (c *counts) send(ctx context.Context, batch []*sent) error {
-	pipe := c.rdb.Pipeline()
-	for _, b := range batch {
-		b.cmd = pipe.EvalSha(ctx, countScript.Hash(), []string{b.w.redisKey}, b.hits, b.w.secs)
-	}
-	_, err := pipe.Exec(ctx)
-	return err
 }
 
 // close stops the flushes and sends what is left, within ctx.

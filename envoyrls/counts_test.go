@@ -16,10 +16,10 @@ import (
 )
 
 // The windows' counts survive what Redis does to them: a script cache
-// emptied (NOSCRIPT: the script is loaded again and only what failed is
-// sent again, so nothing counts twice), and Redis killed (no call waits
-// on it while the limiter is degraded; what was counted meanwhile is
-// sent when it returns). Close sends what is left.
+// emptied (the counts use no script: nothing fails, nothing counts twice),
+// and Redis killed (no call waits on it while the limiter is degraded;
+// what was counted meanwhile is sent when it returns). Close sends what is
+// left.
 func TestCountsSurviveNoScriptAndAnOutage(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t, func(o *redis.Options) {
@@ -57,7 +57,7 @@ descriptors:
 	_, err := srv.Do("SCRIPT", "FLUSH")
 	require.NoError(t, err)
 	hits(2)
-	require.Eventually(t, func() bool { return count() == "5" }, 20*time.Second, 5*time.Millisecond, "sent again after NOSCRIPT, once")
+	require.Eventually(t, func() bool { return count() == "5" }, 20*time.Second, 5*time.Millisecond, "sent after SCRIPT FLUSH, once")
 
 	srv.Kill()
 	require.Eventually(t, r.lim.Degraded, 20*time.Second, 5*time.Millisecond, "the breaker opens")
