@@ -2,7 +2,6 @@ package envoyrls
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 	"log/slog"
 	"strconv"
@@ -23,11 +22,17 @@ import (
 // limit, both of which start the limiter's own state afresh.
 //
 // No call waits on Redis but the first for a (key, window) this replica
-// did not hold in the window before, which reads the fleet's count once,
-// at most ReadWait, never while the limiter is degraded. Every interval,
-// each (key, window) called since the last one costs two commands in one
-// pipeline: the hits since, added to the count (INCRBY and EXPIRE), whose
-// answer is the fleet's count. A replica at rest sends nothing.
+// did not hold in the window before, which must learn the fleet's count:
+// it sends its own hits at once, INCRBY and EXPIRE in one round trip, as
+// envoyproxy/ratelimit sends every call's, and the sum INCRBY answers is
+// the fleet's count with them. It waits at most readWait for that answer,
+// and never while the limiter is degraded. Every interval, each
+// (key, window) called since then costs the same two commands, in one
+// pipeline: the hits since, added to the count, whose answer is the
+// fleet's count. So a key called once in its window costs Redis what it
+// costs envoyproxy/ratelimit, and a key called more often costs two
+// commands an interval, however many calls. A replica at rest sends
+// nothing.
 //
 // EXPIRE goes with every INCRBY, as envoyproxy/ratelimit sends it: the key
 // names its window's start, so setting its expiry again only moves it
@@ -39,7 +44,7 @@ type counts struct {
 	rdb      redis.UniversalClient // nil: counts in memory only
 	prefix   string
 	readWait time.Duration
-	sendWait time.Duration // bounds a flush
+	sendWait time.Duration // bounds a send to Redis, a first call's as a flush's
 	maxKeys  int64
 	degraded func() bool
 	now      func() time.Time // the limiter's clock
@@ -52,6 +57,7 @@ type counts struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	firsts    sync.WaitGroup // first calls' sends in flight
 
 	reads, readsFailed, flushed, flushesFailed, untracked atomic.Uint64
 }
@@ -62,6 +68,7 @@ type countShard struct {
 	mu      sync.Mutex
 	m       map[string]*windowCount // by key and window start
 	pruneAt int
+	closed  bool // no first call sends any more
 }
 
 // windowCount is one (key, window)'s count.
@@ -71,9 +78,11 @@ type windowCount struct {
 	secs     int64 // the window's length
 	total    int64 // the fleet's count as Redis last answered (this replica's sent hits included)
 	pending  int64 // hits not yet sent
-	sending  int64 // hits in the flush in flight
+	sending  int64 // hits on their way to Redis, by a flush or a first call
 	called   bool  // called since the last flush
-	reading  chan struct{}
+	// reading is a first call's wait for the fleet's count, closed when
+	// it stops waiting (answered or not).
+	reading chan struct{}
 }
 
 func (w *windowCount) known() int64 { return w.total + w.pending + w.sending }
@@ -126,25 +135,11 @@ func (c *counts) add(ctx context.Context, name, redisName string, secs int64, no
 		sh.m[ek] = w
 		c.held.Add(1)
 		// A key held in the window before is followed from the start of
-		// this one; a key new here (or to a restarted replica) reads what
-		// the fleet counted.
+		// this one; a key new here (or to a restarted replica) sends its
+		// hits at once and learns what the fleet counted from the answer.
 		_, before := sh.m[entryKey(name, window-secs)]
-		if !before && c.rdb != nil && !c.degraded() {
-			w.reading = make(chan struct{})
-			w.pending += hits
-			w.called = true
-			reading := w.reading
-			sh.mu.Unlock()
-			total, err := c.read(ctx, w.redisKey)
-			sh.mu.Lock()
-			if err == nil {
-				w.total = max(w.total, total)
-			}
-			close(reading)
-			w.reading = nil
-			known = w.known()
-			sh.mu.Unlock()
-			return known, true
+		if !before && c.rdb != nil && !sh.closed && !c.degraded() {
+			return c.first(ctx, sh, w, hits), true
 		}
 	}
 	w.called = true
@@ -168,19 +163,71 @@ func (c *counts) add(ctx context.Context, name, redisName string, secs int64, no
 	return known, true
 }
 
-// read returns the fleet's count at key, 0 when there is none.
-func (c *counts) read(ctx context.Context, key string) (int64, error) {
+// first sends the hits of w's first call (w new, sh.mu held, released on
+// return), and returns the fleet's count after them as this replica knows
+// it: Redis's answer if it comes within readWait, else what the replica
+// knows, these hits included. Calls for w meanwhile wait for the answer as
+// long as this one does, and add theirs to pending.
+//
+// A late answer is not lost: the send goes on, up to sendWait, in its own
+// goroutine, and its sum is taken when it comes, so hits Redis counted are
+// not sent again. Only a send that fails (an error, or no answer within
+// sendWait) leaves the hits pending, for the flush to send. When Redis
+// applied the INCRBY and its answer was lost with the connection, the
+// flush counts them a second time: the error errs toward refusing, as
+// only a count short of the hits could admit more than the limit.
+func (c *counts) first(ctx context.Context, sh *countShard, w *windowCount, hits int64) int64 {
 	c.reads.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, c.readWait)
+	reading := make(chan struct{})
+	w.reading, w.sending = reading, hits
+	c.firsts.Add(1) // under sh.mu: close waits for it (see close)
+	sh.mu.Unlock()
+
+	answered := make(chan error, 1)
+	go func() {
+		defer c.firsts.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.sendWait)
+		defer cancel()
+		pipe := c.rdb.Pipeline()
+		incr, expire := c.incr(sctx, pipe, w, hits)
+		_, _ = pipe.Exec(sctx)
+		n, err := incr.Result()
+		sh.mu.Lock()
+		w.sending = 0
+		if err == nil {
+			w.total = max(w.total, n)
+			// An expiry not set is set by the flush, with what is
+			// pending (nothing, maybe: INCRBY 0).
+			w.called = w.called || expire.Err() != nil
+		} else {
+			w.pending += hits
+			w.called = true
+		}
+		sh.mu.Unlock()
+		if err != nil {
+			c.log.Debug("envoyrls: a first call's count not sent to Redis: sent by the flush", "err", err)
+		}
+		answered <- err
+	}()
+
+	wait, cancel := context.WithTimeout(ctx, c.readWait)
 	defer cancel()
-	n, err := c.rdb.Get(ctx, key).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
+	failed := false
+	select {
+	case err := <-answered:
+		failed = err != nil
+	case <-wait.Done():
+		failed = true
 	}
-	if err != nil {
+	sh.mu.Lock()
+	close(reading)
+	w.reading = nil
+	known := w.known()
+	sh.mu.Unlock()
+	if failed {
 		c.readsFailed.Add(1)
 	}
-	return n, err
+	return known
 }
 
 // incr queues, on pipe, the INCRBY of w's count by hits and its EXPIRE.
@@ -239,8 +286,8 @@ func (c *counts) flush(ctx context.Context, now time.Time) {
 		sh.mu.Lock()
 		c.prune(sh, now)
 		for _, w := range sh.m {
-			if !w.called || w.reading != nil {
-				continue
+			if !w.called || w.reading != nil || w.sending != 0 {
+				continue // a first call's send in flight: its answer comes first
 			}
 			w.called = false
 			if w.window+w.secs <= now.Unix() {
@@ -291,6 +338,15 @@ func (c *counts) close(ctx context.Context) {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		<-c.done
+		// No first call sends after this: one that began before counted
+		// itself in firsts under its shard's lock.
+		for i := range c.shards {
+			sh := &c.shards[i]
+			sh.mu.Lock()
+			sh.closed = true
+			sh.mu.Unlock()
+		}
+		c.firsts.Wait()
 		c.flush(ctx, c.now())
 	})
 }

@@ -3,6 +3,8 @@ package envoyrls_test
 import (
 	"context"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +83,167 @@ descriptors:
 	v, err := srv.Do("TTL", "c:d_client_a_"+strconv.FormatInt(time.Now().Unix()/86400*86400, 10))
 	require.NoError(t, err)
 	assert.Positive(t, v, "a key made again expires")
+}
+
+// countCommands returns the commands srv ran since its stats were last
+// reset, by name (INFO commandstats), leaving out the ones a client sends
+// to set up a connection and the ones a test sends to read and reset
+// them: what is left is what the service sent.
+func countCommands(t *testing.T, srv *redistest.Server) map[string]int64 {
+	t.Helper()
+	v, err := srv.Do("INFO", "commandstats")
+	require.NoError(t, err)
+	got := map[string]int64{}
+	for line := range strings.Lines(v.(string)) {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		switch name {
+		case "info", "config|resetstat", "hello", "client|setinfo", "ping", "select":
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		require.NoError(t, err, line)
+		got[name] = n
+	}
+	return got
+}
+
+// A key called once in its window (a sparse key: one client of many, a
+// call a second or less) costs Redis what it costs envoyproxy/ratelimit,
+// INCRBY and EXPIRE, and nothing more: the first call sends its hits and
+// learns the fleet's count in one round trip, and the flush has nothing
+// left to send. The counts live on a Redis of their own here, so every
+// command that Redis runs (bar a connection's setup and the test's reading
+// of the stats) is the counts', whatever its name or key; and each key
+// must hold its one hit with an expiry, so sending nothing cannot pass.
+func TestASparseKeyCostsRedisTwoCommands(t *testing.T) {
+	const keys = 200
+	for _, tc := range []struct {
+		name     string
+		readWait time.Duration
+	}{
+		{"answered in time", time.Second},
+		// The call goes on without the answer; the answer, when it comes,
+		// still counts the hits sent, so the flush does not send them again.
+		{"answered late", time.Nanosecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limiterRedis, countRedis := redistest.Start(t), redistest.Start(t)
+			rules := static(t, `
+domain: d
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1000}
+`)
+			r := startRig(t, limiterRedis.Client(t), hybrid.Config{FleetSize: 1},
+				envoyrls.Config{Rules: rules, Redis: countRedis.Client(t), Prefix: "c:", CountReadWait: tc.readWait})
+			ctx := context.Background()
+			_, err := countRedis.Do("CONFIG", "RESETSTAT")
+			require.NoError(t, err)
+			for i := range keys {
+				resp, err := r.client.ShouldRateLimit(ctx, req("d", 0, "client=k"+strconv.Itoa(i)))
+				require.NoError(t, err)
+				require.Equal(t, okCode, resp.GetOverallCode())
+			}
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, r.svc.Close(c)) // the last flush
+
+			cmds := countCommands(t, countRedis)
+			var total int64
+			for _, n := range cmds {
+				total += n
+			}
+			assert.LessOrEqual(t, total, int64(2*keys), "commands on the counts' Redis: %v", cmds)
+
+			day := strconv.FormatInt(serverTime(t, countRedis)/86400*86400, 10)
+			for i := range keys {
+				k := "c:d_client_k" + strconv.Itoa(i) + "_" + day
+				v, err := countRedis.Do("GET", k)
+				require.NoError(t, err, k)
+				require.Equal(t, "1", v, k)
+				ttl, err := countRedis.Do("TTL", k)
+				require.NoError(t, err)
+				require.Positive(t, ttl, "%s expires", k)
+			}
+		})
+	}
+}
+
+// A first call's hits, sent with the read of the fleet's count, are counted
+// once: in Redis after the flush, and in limit_remaining, whether the
+// answer came in time or after the call went on, and whatever other calls
+// came while it was on its way.
+func TestAFirstCallIsCountedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		readWait   time.Duration
+		calls      int
+		hits       uint32
+		concurrent bool
+	}{
+		{"one call", time.Second, 1, 1, false},
+		{"one call of 3 hits", time.Second, 1, 3, false},
+		{"10 calls", time.Second, 10, 1, false},
+		{"10 calls of 2 hits answered late", time.Nanosecond, 10, 2, false},
+		{"10 calls at once", time.Second, 10, 1, true},
+		{"10 calls at once answered late", time.Nanosecond, 10, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rules := static(t, `
+domain: d
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1000}
+`)
+			r := startRig(t, srv.Client(t), hybrid.Config{FleetSize: 1},
+				envoyrls.Config{Rules: rules, Redis: srv.Client(t), Prefix: "c:", CountReadWait: tc.readWait})
+			ctx := context.Background()
+			call := func() uint32 {
+				resp, err := r.client.ShouldRateLimit(ctx, req("d", tc.hits, "client=a"))
+				if !assert.NoError(t, err) {
+					return 0
+				}
+				assert.Equal(t, okCode, resp.GetOverallCode())
+				return resp.GetStatuses()[0].GetLimitRemaining()
+			}
+			if tc.concurrent {
+				var wg sync.WaitGroup
+				for range tc.calls {
+					wg.Go(func() { call() })
+				}
+				wg.Wait()
+			} else {
+				for i := range tc.calls {
+					remaining := call()
+					if i == 0 {
+						// Answered in time or not, the call knows its own hits.
+						assert.Equal(t, uint32(1000-tc.hits), remaining, "the first call's hits in its limit_remaining, once")
+					}
+				}
+			}
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			require.NoError(t, r.svc.Close(c))
+			day := strconv.FormatInt(serverTime(t, srv)/86400*86400, 10)
+			v, err := srv.Do("GET", "c:d_client_a_"+day)
+			require.NoError(t, err)
+			assert.Equal(t, strconv.Itoa(tc.calls*int(tc.hits)), v)
+		})
+	}
+}
+
+// serverTime is srv's clock, Unix seconds.
+func serverTime(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	v, err := srv.Do("TIME")
+	require.NoError(t, err)
+	secs, err := strconv.ParseInt(v.([]any)[0].(string), 10, 64)
+	require.NoError(t, err)
+	return secs
 }

@@ -82,8 +82,8 @@ type Config struct {
 	// whatever the limit. Each replica sends its hits every SyncInterval,
 	// in one pipeline, and learns the fleet's count from the answers;
 	// the first call for a key in a window that the replica did not hold
-	// in the window before reads the count once, waiting at most
-	// CountReadWait. Then limit_remaining is the limit minus the fleet's
+	// in the window before sends its own hits at once and learns the
+	// count from the answer, waiting at most CountReadWait. Then limit_remaining is the limit minus the fleet's
 	// count as the replica knows it, a restarted replica carries on the
 	// window's count, and a reload that changes a limit keeps what was
 	// counted: a call that would take the count past the limit is over
@@ -97,9 +97,10 @@ type Config struct {
 	// SyncInterval is how often the counts are sent to Redis. Zero means
 	// hybrid.DefaultSyncInterval.
 	SyncInterval time.Duration
-	// CountReadWait bounds the one read of a key's count a replica makes
-	// when the key is new to it in a window; past it the call goes on
-	// with what the replica knows. Zero means DefaultCountReadWait.
+	// CountReadWait bounds the wait of a key's first call in a window
+	// that is new to the replica for the fleet's count (the answer to the
+	// hits it sends); past it the call goes on with what the replica
+	// knows, and the answer is taken when it comes. Zero means DefaultCountReadWait.
 	CountReadWait time.Duration
 	// MaxCounts bounds the (key, window) counts held in memory; beyond,
 	// a call is decided by the limiter alone. Zero means 100,000.
