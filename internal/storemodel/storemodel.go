@@ -49,7 +49,6 @@ type Branches struct {
 	LastAskerHomes int // a served request made no home for another node's ask, which the records no longer show
 	ServedHomes    int // a served request made a home
 	PartServed     int // the pool served part of what waited
-	OwedHeard      int // an owed report held nothing back for a node whose op had just come
 }
 
 // Add adds o's counts to b's.
@@ -60,7 +59,6 @@ func (b *Branches) Add(o Branches) {
 	b.LastAskerHomes += o.LastAskerHomes
 	b.ServedHomes += o.ServedHomes
 	b.PartServed += o.PartServed
-	b.OwedHeard += o.OwedHeard
 }
 
 // kl names a (key, limit).
@@ -396,7 +394,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	}
 	rec.Growth = 0
 	if op.Owed {
-		owed(h, node, int64(max(op.Fleet, 1)), now, set, br)
+		owed(h, node, int64(max(op.Fleet, 1)), now, set)
 	}
 
 	// The creator's shadow, once every node has joined having spent
@@ -715,14 +713,8 @@ func over(h *Hash, d int64) {
 
 // owed holds back, for a lease, what the other nodes of a fleet of n may
 // hold beyond their grants after deciding degraded, each in an even split:
-// a node reported doing so, and the others' reports may come later. A node
-// whose op the store applied within a call window is not deciding
-// degraded (its op reached the store, and its own owed report, if it
-// decided degraded, came with it): nothing is held back for it. Holding
-// back for every node on every report left a quarter to a half of a key
-// held back for a lease after every node of the fleet had reported, all
-// of them back.
-func owed(h *Hash, node string, n, now int64, set share.Settings, br *Branches) {
+// a node reported doing so, and the others' reports may come later.
+func owed(h *Hash, node string, n, now int64, set share.Settings) {
 	even := share.Even(int(n))
 	want, seen := int64(0), int64(0)
 	for _, id := range sortedNodes(h.Records) {
@@ -730,12 +722,7 @@ func owed(h *Hash, node string, n, now int64, set share.Settings, br *Branches) 
 			continue
 		}
 		seen++
-		rec := h.Records[id]
-		if rec.GrowthAt > 0 && rec.GrowthAt >= now-set.CallWindow {
-			br.OwedHeard++
-			continue
-		}
-		want += max(even-rec.Grant-rec.Hold, 0)
+		want += max(even-h.Records[id].Grant-h.Records[id].Hold, 0)
 	}
 	want += max(n-1-seen, 0) * even
 	if add := min(max(want-h.Unknown, 0), max(h.Pool, 0)); add > 0 {

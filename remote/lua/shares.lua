@@ -403,11 +403,7 @@ local function owed(h, id, n)
   for _, other in ipairs(ids(h)) do
     if other ~= id then
       seen = seen + 1
-      local r = h.recs[other]
-      -- A node whose op came within a call window is not deciding degraded.
-      if not (r.growthAt > 0 and r.growthAt >= now - WINDOW) then
-        want = want + math.max(e - r.grant - r.hold, 0)
-      end
+      want = want + math.max(e - h.recs[other].grant - h.recs[other].hold, 0)
     end
   end
   want = want + math.max(n - 1 - seen, 0) * e
