@@ -191,18 +191,8 @@ func (c *counts) first(ctx context.Context, sh *countShard, w *windowCount, hits
 		pipe := c.rdb.Pipeline()
 		incr, expire := c.incr(sctx, pipe, w, hits)
 		_, _ = pipe.Exec(sctx)
-		n, err := incr.Result()
 		sh.mu.Lock()
-		w.sending = 0
-		if err == nil {
-			w.total = max(w.total, n)
-			// An expiry not set is set by the flush, with what is
-			// pending (nothing, maybe: INCRBY 0).
-			w.called = w.called || expire.Err() != nil
-		} else {
-			w.pending += hits
-			w.called = true
-		}
+		err := w.answered(hits, incr, expire)
 		sh.mu.Unlock()
 		if err != nil {
 			c.log.Debug("envoyrls: a first call's count not sent to Redis: sent by the flush", "err", err)
@@ -228,6 +218,24 @@ func (c *counts) first(ctx context.Context, sh *countShard, w *windowCount, hits
 		c.readsFailed.Add(1)
 	}
 	return known
+}
+
+// answered takes Redis's answer to hits of w sent by INCRBY and EXPIRE (a
+// first call's or a flush's; the shard's lock held): the sum is the fleet's
+// count, and hits whose INCRBY failed are pending again, for the next
+// flush. An expiry not set is set by the next flush, with what is pending
+// then (nothing, maybe: INCRBY 0). It returns the INCRBY's error.
+func (w *windowCount) answered(hits int64, incr *redis.IntCmd, expire *redis.BoolCmd) error {
+	w.sending = 0
+	n, err := incr.Result()
+	if err != nil {
+		w.pending += hits
+		w.called = true
+		return err
+	}
+	w.total = max(w.total, n)
+	w.called = w.called || expire.Err() != nil
+	return nil
 }
 
 // incr queues, on pipe, the INCRBY of w's count by hits and its EXPIRE.
@@ -310,17 +318,10 @@ func (c *counts) flush(ctx context.Context, now time.Time) {
 	_, err := pipe.Exec(ctx)
 	failed := 0
 	for _, b := range batch {
-		n, err := b.cmd.Result()
 		b.sh.mu.Lock()
-		if err == nil {
-			b.w.total = max(b.w.total, n)
-			b.w.called = b.w.called || b.expire.Err() != nil // the expiry set next time
-		} else {
-			b.w.pending += b.hits
-			b.w.called = true
+		if b.w.answered(b.hits, b.cmd, b.expire) != nil {
 			failed++
 		}
-		b.w.sending = 0
 		b.sh.mu.Unlock()
 	}
 	c.flushed.Add(uint64(len(batch) - failed))

@@ -133,14 +133,7 @@ func TestASparseKeyCostsRedisTwoCommands(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			limiterRedis, countRedis := redistest.Start(t), redistest.Start(t)
-			rules := static(t, `
-domain: d
-descriptors:
-  - key: client
-    rate_limit: {unit: day, requests_per_unit: 1000}
-`)
-			r := startRig(t, limiterRedis.Client(t), hybrid.Config{FleetSize: 1},
-				envoyrls.Config{Rules: rules, Redis: countRedis.Client(t), Prefix: "c:", CountReadWait: tc.readWait})
+			r := dayRig(t, limiterRedis, countRedis, tc.readWait)
 			ctx := context.Background()
 			_, err := countRedis.Do("CONFIG", "RESETSTAT")
 			require.NoError(t, err)
@@ -195,14 +188,7 @@ func TestAFirstCallIsCountedOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
-			rules := static(t, `
-domain: d
-descriptors:
-  - key: client
-    rate_limit: {unit: day, requests_per_unit: 1000}
-`)
-			r := startRig(t, srv.Client(t), hybrid.Config{FleetSize: 1},
-				envoyrls.Config{Rules: rules, Redis: srv.Client(t), Prefix: "c:", CountReadWait: tc.readWait})
+			r := dayRig(t, srv, srv, tc.readWait)
 			ctx := context.Background()
 			call := func() uint32 {
 				resp, err := r.client.ShouldRateLimit(ctx, req("d", tc.hits, "client=a"))
@@ -236,6 +222,21 @@ descriptors:
 			assert.Equal(t, strconv.Itoa(tc.calls*int(tc.hits)), v)
 		})
 	}
+}
+
+// dayRig serves a rule of 1,000 calls a day per client value, the
+// limiter on limiterRedis and the windows' counts (prefix "c:") on
+// countRedis, a first call waiting readWait for the fleet's count.
+func dayRig(t *testing.T, limiterRedis, countRedis *redistest.Server, readWait time.Duration) *rig {
+	t.Helper()
+	rules := static(t, `
+domain: d
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1000}
+`)
+	return startRig(t, limiterRedis.Client(t), hybrid.Config{FleetSize: 1},
+		envoyrls.Config{Rules: rules, Redis: countRedis.Client(t), Prefix: "c:", CountReadWait: readWait})
 }
 
 // serverTime is srv's clock, Unix seconds.

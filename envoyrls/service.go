@@ -83,11 +83,12 @@ type Config struct {
 	// in one pipeline, and learns the fleet's count from the answers;
 	// the first call for a key in a window that the replica did not hold
 	// in the window before sends its own hits at once and learns the
-	// count from the answer, waiting at most CountReadWait. Then limit_remaining is the limit minus the fleet's
-	// count as the replica knows it, a restarted replica carries on the
-	// window's count, and a reload that changes a limit keeps what was
-	// counted: a call that would take the count past the limit is over
-	// it, whatever the limiter's share would admit. Nil keeps the counts
+	// count from the answer, waiting at most CountReadWait. Then
+	// limit_remaining is the limit minus the fleet's count as the replica
+	// knows it, a restarted replica carries on the window's count, and a
+	// reload that changes a limit keeps what was counted: a call that
+	// would take the count past the limit is over it, whatever the
+	// limiter's share would admit. Nil keeps the counts
 	// in this process's memory only (one replica alone is exact so). With
 	// Redis set, call Close when done.
 	Redis redis.UniversalClient
@@ -100,7 +101,8 @@ type Config struct {
 	// CountReadWait bounds the wait of a key's first call in a window
 	// that is new to the replica for the fleet's count (the answer to the
 	// hits it sends); past it the call goes on with what the replica
-	// knows, and the answer is taken when it comes. Zero means DefaultCountReadWait.
+	// knows, and the answer is taken when it comes. Zero means
+	// DefaultCountReadWait.
 	CountReadWait time.Duration
 	// MaxCounts bounds the (key, window) counts held in memory; beyond,
 	// a call is decided by the limiter alone. Zero means 100,000.
