@@ -38,6 +38,29 @@ local goneKeep = tonumber(ARGV[7])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
+-- Lua unpacks at most about 8,000 values into one call: a list that may
+-- be longer (the entries that expired since the last beat, the changes a
+-- reading without a page limit returns) goes to Redis in chunks.
+local CHUNK = 1000
+
+-- each calls cmd on key with every value of list, a chunk at a time.
+local function each(cmd, key, list)
+  for i = 1, #list, CHUNK do
+    redis.call(cmd, key, unpack(list, i, math.min(i + CHUNK - 1, #list)))
+  end
+end
+
+-- hmget returns the values of the fields of hash key, in order (false
+-- for a field that is not there).
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, CHUNK do
+    local vals = redis.call('HMGET', key, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+    for j = 1, #vals do out[i + j - 1] = vals[j] end
+  end
+  return out
+end
+
 local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
 local stamped = stamp
 
@@ -61,7 +84,7 @@ else
   new = redis.call('ZADD', KEYS[1], now, node)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - active)
   if #gone > 0 then
-    redis.call('ZREM', KEYS[1], unpack(gone))
+    each('ZREM', KEYS[1], gone)
     for _, id in ipairs(gone) do depart(id) end
   end
 end
@@ -101,8 +124,8 @@ local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 local touched = stamp ~= stamped
 if #dead > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  redis.call('ZREM', KEYS[3], unpack(dead))
-  redis.call('HDEL', KEYS[2], unpack(dead))
+  each('ZREM', KEYS[3], dead)
+  each('HDEL', KEYS[2], dead)
 end
 
 local nodes = redis.call('ZCARD', KEYS[1])
@@ -128,7 +151,7 @@ local out = {now, nodes, new, after, more}
 if #changes > 0 then
   local members = {}
   for i = 1, #changes, 2 do members[#members + 1] = changes[i] end
-  local vals = redis.call('HMGET', KEYS[2], unpack(members))
+  local vals = hmget(KEYS[2], members)
   for j, member in ipairs(members) do
     local a, b, d, f = string.match(vals[j] or '', '^(%S+) (%S+) (%S+) (%S+)$')
     out[4] = tonumber(changes[2 * j])
