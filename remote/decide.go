@@ -341,6 +341,10 @@ func ints(vals []any, want int) ([]int64, error) {
 		case int64:
 			out[i] = x
 		case string:
+			if n, err := strconv.ParseInt(x, 10, 64); err == nil {
+				out[i] = n // exact, where a float64 would round past 2^53
+				continue
+			}
 			f, err := strconv.ParseFloat(x, 64)
 			if err != nil {
 				return nil, fmt.Errorf("%w: value %d is %q", ErrBadReply, i, x)

@@ -70,3 +70,27 @@ func TestRegistryReadsManyEntriesWhole(t *testing.T) {
 	last := r.Changes[n-1]
 	require.Equal(t, share.Contest{Key: "client:" + strconv.Itoa(n-1), Limit: lim.Canonical(), Epoch: 7, Expiry: 1 << 60}, last)
 }
+
+func TestEntryValue(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want [4]int64
+		bad  bool
+	}{
+		{in: "1800000000761257 1800000000772126 1800000007772126 0", want: [4]int64{1800000000761257, 1800000000772126, 1800000007772126, 0}},
+		{in: "9007199254740993 0 0 1", want: [4]int64{9007199254740993, 0, 0, 1}}, // past 2^53: exact
+		{in: ""}, // removed between the reading of the changes and of the values
+		{in: "1 2 3", bad: true},
+		{in: "1 2 3 4 5", bad: true},
+		{in: "1 2 x 4", bad: true},
+		{in: "1  2 3 4", bad: true},
+	} {
+		got, err := entryValue(tc.in)
+		if tc.bad {
+			require.ErrorIs(t, err, ErrBadReply, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}

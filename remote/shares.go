@@ -189,9 +189,10 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 	*r = share.BeatReply{Now: head[0], Nodes: int(head[1]), New: head[2] == 1, Next: head[3], More: head[4] == 1,
 		Changes: r.Changes[:0], Gone: r.Gone[:0]}
 	rest := c.vals[5:]
-	for i := 0; i+4 < len(rest); i += 5 {
+	for i := 0; i+1 < len(rest); i += 2 {
 		member, _ := rest[i].(string)
-		t, err := ints(rest[i+1:i+5], 4)
+		value, _ := rest[i+1].(string)
+		t, err := entryValue(value)
 		if err != nil {
 			return classify("heartbeat", "", err)
 		}
@@ -206,6 +207,26 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 		r.Changes = append(r.Changes, share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]})
 	}
 	return nil
+}
+
+// entryValue parses a registry entry's value as registry.lua stores it:
+// "epoch call expiry reset", four integers (µs). An entry removed between
+// the script's reading of the changes and of the values reads empty: all
+// zeros, as a change that says nothing.
+func entryValue(v string) ([4]int64, error) {
+	var t [4]int64
+	if v == "" {
+		return t, nil
+	}
+	for i := range t {
+		field, tail, _ := strings.Cut(v, " ")
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil || (i < 3) != (tail != "") {
+			return t, fmt.Errorf("%w: registry entry %q", ErrBadReply, v)
+		}
+		t[i], v = n, tail
+	}
+	return t, nil
 }
 
 // goneMember prefixes a departure's registry member (registry.lua).

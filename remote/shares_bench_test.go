@@ -2,6 +2,7 @@ package remote
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,4 +120,63 @@ func BenchmarkShareOps(b *testing.B) {
 		o.Epoch, o.Want, o.Held, o.Keep, o.Need = epoch, 0, grants[0], grants[0], grants[0]
 		measure(b, func() { op(stores[0], o) })
 	})
+}
+
+// BenchmarkRegistry is what the registry costs Redis per entry
+// (redis-cpu-µs/entry): five nodes each register ten contests a beat
+// ("register"), and, in "register+read", a sixth node reads the fifty at its
+// next beat, as every node of a fleet reads every change. The difference
+// between the two is the reading's cost, which a fleet pays once per node
+// for every contest made (a per-client key's first request, say).
+//
+//	go test -run '^$' -bench Registry ./remote/
+func BenchmarkRegistry(b *testing.B) {
+	c := benchClient(b)
+	const each = 10
+	perClient := limit.PerSecond(1).WithBurst(1)
+	runs := 0
+	for _, read := range []bool{false, true} {
+		name := "register"
+		if read {
+			name = "register+read"
+		}
+		b.Run(name, func(b *testing.B) {
+			runs++ // a registry of its own
+			stores := make([]*Store, 6)
+			for i := range stores {
+				s, err := New(c, Options{Prefix: "r" + strconv.Itoa(runs) + ":", Node: fmt.Sprintf("n%d", i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				stores[i] = s
+			}
+			entries := each * (len(stores) - 1)
+			n, from := 0, int64(0)
+			var r share.BeatReply
+			before, iters := redisCPU(b, c), 0
+			for b.Loop() {
+				for _, s := range stores[1:] {
+					bt := &share.Beat{From: math.MaxInt64, GoneKeep: 21_000_000} // reads nothing
+					for range each {
+						n++
+						bt.Contests = append(bt.Contests, share.Contest{Key: "k" + strconv.Itoa(n), Limit: perClient, Epoch: int64(n), Expiry: 1 << 60})
+					}
+					if err := s.ShareBeat(bg, bt, &r); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if read {
+					if err := stores[0].ShareBeat(bg, &share.Beat{From: from, Limit: 1000, GoneKeep: 21_000_000}, &r); err != nil {
+						b.Fatal(err)
+					}
+					if len(r.Changes) != entries {
+						b.Fatalf("read %d changes, want %d", len(r.Changes), entries)
+					}
+					from = r.Next
+				}
+				iters++
+			}
+			b.ReportMetric((redisCPU(b, c)-before)/float64(iters*entries), "redis-cpu-µs/entry")
+		})
+	}
 }

@@ -31,7 +31,10 @@
 --
 -- Returns {now µs, nodes, new (1: the node was not in the fleet), the
 -- stamp of the last change returned (the next 'after'), more (1: there are
--- more), then per change: member, epoch, call µs, expiry µs, reset µs}.
+-- more), then per change: member, and its value as stored, "epoch call
+-- expiry reset" (µs; empty for an entry removed meanwhile)}. The node
+-- parses the values: a fleet reads every change once per node, and parsing
+-- them here cost Redis more than the rest of the reading.
 local node, active = ARGV[1], tonumber(ARGV[2])
 local leave, after, limit, channel = ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local goneKeep = tonumber(ARGV[7])
@@ -147,19 +150,18 @@ if #changes > 2 * limit then
   changes[#changes] = nil
   changes[#changes] = nil
 end
-local out = {now, nodes, new, after, more}
+local out = {now, nodes, new, ARGV[4], more}
 if #changes > 0 then
-  local members = {}
-  for i = 1, #changes, 2 do members[#members + 1] = changes[i] end
+  local members, n = {}, 0
+  for i = 1, #changes, 2 do
+    n = n + 1
+    members[n] = changes[i]
+  end
   local vals = hmget(KEYS[2], members)
-  for j, member in ipairs(members) do
-    local a, b, d, f = string.match(vals[j] or '', '^(%S+) (%S+) (%S+) (%S+)$')
-    out[4] = tonumber(changes[2 * j])
-    out[#out + 1] = member
-    out[#out + 1] = tonumber(a) or 0
-    out[#out + 1] = tonumber(b) or 0
-    out[#out + 1] = tonumber(d) or 0
-    out[#out + 1] = tonumber(f) or 0
+  out[4] = changes[#changes]
+  for j = 1, n do
+    out[4 + 2 * j] = members[j]
+    out[5 + 2 * j] = vals[j] or ''
   end
 end
 -- The fleet lives while nodes beat; the registry while an entry is alive.
