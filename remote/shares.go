@@ -172,7 +172,11 @@ func (s *Store) beatCall(b *share.Beat) *call {
 	}
 	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel(), b.GoneKeep}
 	for _, c := range b.Contests {
-		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry, c.Reset)
+		quiet := 0
+		if c.Quiet {
+			quiet = 1
+		}
+		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry, c.Reset, quiet)
 	}
 	return &call{script: s.scripts.registry, keys: s.registryKeys[:], args: args}
 }
@@ -210,9 +214,9 @@ func readBeat(c *call, b *share.Beat, r *share.BeatReply) error {
 }
 
 // entryValue parses a registry entry's value as registry.lua stores it:
-// "epoch call expiry reset", four integers (µs). An entry removed between
-// the script's reading of the changes and of the values reads empty: all
-// zeros, as a change that says nothing.
+// "epoch call expiry reset", four integers (µs). An entry whose value is
+// gone while its change's stamp stayed (the registry's hash evicted or
+// deleted alone) reads empty: all zeros, a change that says nothing.
 func entryValue(v string) ([4]int64, error) {
 	var t [4]int64
 	if v == "" {

@@ -122,61 +122,73 @@ func BenchmarkShareOps(b *testing.B) {
 	})
 }
 
-// BenchmarkRegistry is what the registry costs Redis per entry
-// (redis-cpu-µs/entry): five nodes each register ten contests a beat
-// ("register"), and, in "register+read", a sixth node reads the fifty at its
-// next beat, as every node of a fleet reads every change. The difference
-// between the two is the reading's cost, which a fleet pays once per node
-// for every contest made (a per-client key's first request, say).
+// BenchmarkRegistry is what a heartbeat costs Redis (redis-cpu-µs/beat):
+// one that reads nothing, one that reads fifty changes (per-client keys'
+// contests, as every node of a fleet reads every change made), and one
+// that registers ten contests, quietly or not. The difference between the
+// first two, over fifty, is the reading of one change.
 //
 //	go test -run '^$' -bench Registry ./remote/
 func BenchmarkRegistry(b *testing.B) {
 	c := benchClient(b)
-	const each = 10
 	perClient := limit.PerSecond(1).WithBurst(1)
-	runs := 0
-	for _, read := range []bool{false, true} {
-		name := "register"
-		if read {
-			name = "register+read"
+	writer, err := New(c, Options{Prefix: "rb:", Node: "w"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reader, err := New(c, Options{Prefix: "rb:", Node: "r"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r share.BeatReply
+	if err := reader.ShareBeat(bg, &share.Beat{}, &r); err != nil {
+		b.Fatal(err)
+	}
+	from := r.Next
+	bt := &share.Beat{From: math.MaxInt64}
+	for i := range 50 {
+		bt.Contests = append(bt.Contests, share.Contest{Key: "k" + strconv.Itoa(i), Limit: perClient, Epoch: 1, Expiry: 1 << 50})
+	}
+	if err := writer.ShareBeat(bg, bt, &r); err != nil {
+		b.Fatal(err)
+	}
+	measure := func(b *testing.B, beat func()) {
+		before, iters := redisCPU(b, c), 0
+		for b.Loop() {
+			beat()
+			iters++
 		}
-		b.Run(name, func(b *testing.B) {
-			runs++ // a registry of its own
-			stores := make([]*Store, 6)
-			for i := range stores {
-				s, err := New(c, Options{Prefix: "r" + strconv.Itoa(runs) + ":", Node: fmt.Sprintf("n%d", i)})
-				if err != nil {
+		b.ReportMetric((redisCPU(b, c)-before)/float64(iters), "redis-cpu-µs/beat")
+	}
+	for _, read := range []int{0, 50} {
+		b.Run(fmt.Sprintf("reads=%d", read), func(b *testing.B) {
+			f := int64(math.MaxInt64)
+			if read > 0 {
+				f = from
+			}
+			measure(b, func() {
+				if err := reader.ShareBeat(bg, &share.Beat{From: f, Limit: 1000, GoneKeep: 21_000_000}, &r); err != nil {
 					b.Fatal(err)
 				}
-				stores[i] = s
-			}
-			entries := each * (len(stores) - 1)
-			n, from := 0, int64(0)
-			var r share.BeatReply
-			before, iters := redisCPU(b, c), 0
-			for b.Loop() {
-				for _, s := range stores[1:] {
-					bt := &share.Beat{From: math.MaxInt64, GoneKeep: 21_000_000} // reads nothing
-					for range each {
-						n++
-						bt.Contests = append(bt.Contests, share.Contest{Key: "k" + strconv.Itoa(n), Limit: perClient, Epoch: int64(n), Expiry: 1 << 60})
-					}
-					if err := s.ShareBeat(bg, bt, &r); err != nil {
-						b.Fatal(err)
-					}
+				if len(r.Changes) != read {
+					b.Fatalf("read %d changes, want %d", len(r.Changes), read)
 				}
-				if read {
-					if err := stores[0].ShareBeat(bg, &share.Beat{From: from, Limit: 1000, GoneKeep: 21_000_000}, &r); err != nil {
-						b.Fatal(err)
-					}
-					if len(r.Changes) != entries {
-						b.Fatalf("read %d changes, want %d", len(r.Changes), entries)
-					}
-					from = r.Next
+			})
+		})
+	}
+	n := 100
+	for _, quiet := range []bool{false, true} {
+		b.Run(fmt.Sprintf("registers=10/quiet=%v", quiet), func(b *testing.B) {
+			measure(b, func() {
+				bt := &share.Beat{From: math.MaxInt64, GoneKeep: 21_000_000} // reads nothing
+				for range 10 {
+					n++
+					bt.Contests = append(bt.Contests, share.Contest{Key: "k" + strconv.Itoa(n), Limit: perClient, Epoch: 1, Expiry: 1 << 50, Quiet: quiet})
 				}
-				iters++
-			}
-			b.ReportMetric((redisCPU(b, c)-before)/float64(iters*entries), "redis-cpu-µs/entry")
+				if err := writer.ShareBeat(bg, bt, &r); err != nil {
+					b.Fatal(err)
+				}
+			})
 		})
 	}
 }

@@ -210,7 +210,7 @@ func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {
 func beatString(r share.BeatReply) string {
 	s := fmt.Sprintf("now=%d nodes=%d new=%v next=%d more=%v", r.Now, r.Nodes, r.New, r.Next, r.More)
 	for _, c := range r.Changes {
-		s += fmt.Sprintf(" [%s %s %d %d %d]", c.Key, c.Limit.Canonical(), c.Epoch, c.CallAt, c.Expiry)
+		s += fmt.Sprintf(" [%s %s %d %d %d %d]", c.Key, c.Limit.Canonical(), c.Epoch, c.CallAt, c.Expiry, c.Reset)
 	}
 	for _, g := range r.Gone {
 		s += fmt.Sprintf(" [gone %s %d]", g.Node, g.At)

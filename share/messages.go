@@ -200,6 +200,14 @@ type Departure struct {
 // the key as contested. Reset, when not zero, is when the key was reset
 // (µs): every node starts the state it holds of the key afresh; an entry
 // may carry a reset alone (Epoch zero), for a key nobody contests.
+//
+// Quiet marks a registration (no call, no reset) that no other node needs
+// to read: a contest of a key pooled in every fleet of two nodes or more,
+// which no node decides in an even split of. The registry records it
+// without making it a change the nodes read, unless it replaces an earlier
+// contest of the key (a node may still hold a grant of that one), or an
+// earlier contest's registration comes after it (its node must learn of
+// this one).
 type Contest struct {
 	Key    string
 	Limit  limit.Limit
@@ -207,6 +215,7 @@ type Contest struct {
 	CallAt int64 // µs
 	Expiry int64 // µs
 	Reset  int64 // µs
+	Quiet  bool
 }
 
 // Beat is a node's heartbeat: it keeps the node in the fleet, sends the

@@ -797,31 +797,36 @@ func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 		delete(m.members, id)
 		depart(id)
 	}
+	mark := func(e *entry) {
+		m.stamp = max(now, m.stamp+1)
+		e.changed = m.stamp
+	}
 	for _, c := range b.Contests {
 		mem := Member(c.Key, c.Limit)
 		e := m.entries[mem]
-		changed := true
+		changed, quiet := true, c.Quiet
 		switch {
-		case e == nil || c.Epoch > e.epoch:
-			var z int64
-			if e != nil {
-				z = e.reset
-			}
-			e = &entry{epoch: c.Epoch, callAt: c.CallAt, expiry: c.Expiry, reset: z}
+		case e == nil:
+			e = &entry{epoch: c.Epoch, callAt: c.CallAt, expiry: c.Expiry}
 			m.entries[mem] = e
+		case c.Epoch > e.epoch:
+			// It replaces an earlier contest: that one's nodes must hear of it.
+			e.epoch, e.callAt, e.expiry, quiet = c.Epoch, c.CallAt, c.Expiry, false
 		case c.Epoch == e.epoch:
+			quiet = quiet && c.CallAt <= e.callAt
 			e.callAt, e.expiry = max(e.callAt, c.CallAt), max(e.expiry, c.Expiry)
 		default:
 			changed = false // an earlier contest's
+			if e.changed == 0 {
+				mark(e) // a quiet one came first: the earlier contest's node must read the later
+			}
 		}
 		if c.Reset > e.reset {
-			e.reset, e.expiry, changed = c.Reset, max(e.expiry, c.Expiry), true
+			e.reset, e.expiry, changed, quiet = c.Reset, max(e.expiry, c.Expiry), true, false
 		}
-		if !changed {
-			continue
+		if changed && !quiet {
+			mark(e)
 		}
-		m.stamp = max(now, m.stamp+1)
-		e.changed = m.stamp
 	}
 	for mem, e := range m.entries {
 		if e.expiry <= now {

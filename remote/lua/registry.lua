@@ -12,15 +12,24 @@
 --          stamp after which to return changes, the most changes to return,
 --          the channel calls are published on, how long a departure is kept
 --          (µs), then per entry this node sends: member, epoch, call µs,
---          expiry µs, reset µs.
+--          expiry µs, reset µs, quiet (1: see below).
 --
 -- An entry says that a key is contested until its expiry; a call on it
 -- (call µs) asks every node holding a share of it to give back what it can
 -- spare; a reset (reset µs) tells every node to start the key afresh.
 -- Entries only ever move forward: a later epoch replaces an entry, the same
--- one keeps the latest call and expiry; the latest reset is always kept. Every change gets a stamp
--- of its own, so that a node reads each change once, in order; a call is
--- also published, so that the nodes hear it before their next heartbeat.
+-- one keeps the latest call and expiry; the latest reset is always kept.
+-- Every change gets a stamp of its own, so that a node reads each change
+-- once, in order; a call is also published, so that the nodes hear it
+-- before their next heartbeat.
+--
+-- A quiet registration (share.Contest.Quiet: a contest of a key no node
+-- decides in an even split of, so that no other node needs to hear of it)
+-- is written without a stamp: nobody reads it. It is stamped all the same
+-- when it replaces an earlier contest of the key (whose nodes may still
+-- hold grants of it, and must join this one), and an entry nobody has read
+-- is stamped when an earlier contest's registration comes after it: that
+-- contest's node must learn of the later one.
 --
 -- A node's first beat (new) is published on the channel, with the fleet's
 -- size: see below. A node that leaves the fleet (gone an active window, or
@@ -32,7 +41,8 @@
 -- Returns {now µs, nodes, new (1: the node was not in the fleet), the
 -- stamp of the last change returned (the next 'after'), more (1: there are
 -- more), then per change: member, and its value as stored, "epoch call
--- expiry reset" (µs; empty for an entry removed meanwhile)}. The node
+-- expiry reset" (µs; empty where the value is gone but its stamp stayed:
+-- the hash evicted or deleted alone)}. The node
 -- parses the values: a fleet reads every change once per node, and parsing
 -- them here cost Redis more than the rest of the reading.
 local node, active = ARGV[1], tonumber(ARGV[2])
@@ -68,11 +78,21 @@ local stamp = tonumber(redis.call('GET', KEYS[5])) or 0
 local stamped = stamp
 
 -- put writes entry member and stamps its change.
-local function put(member, e, c, x, z)
-  redis.call('HSET', KEYS[2], member, string.format('%d %d %d %d', e, c, x, z))
+-- wrote: an entry was written (the registry's life is set again).
+local wrote = false
+
+-- mark stamps entry member's change: the nodes read it.
+local function mark(member)
   stamp = math.max(now, stamp + 1)
   redis.call('ZADD', KEYS[3], stamp, member)
+end
+
+-- put writes entry member, and stamps its change unless quiet.
+local function put(member, e, c, x, z, quiet)
+  redis.call('HSET', KEYS[2], member, string.format('%d %d %d %d', e, c, x, z))
+  if not quiet then mark(member) end
   redis.call('ZADD', KEYS[4], x, member)
+  wrote = true
 end
 
 -- depart records that node id left the fleet now.
@@ -92,9 +112,9 @@ else
   end
 end
 
-for i = 8, #ARGV, 5 do
+for i = 8, #ARGV, 6 do
   local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  local reset = tonumber(ARGV[i + 4])
+  local reset, quiet = tonumber(ARGV[i + 4]), ARGV[i + 5] == '1'
   local old = redis.call('HGET', KEYS[2], member)
   local e, c, x, z = 0, 0, 0, 0
   if old then
@@ -102,19 +122,27 @@ for i = 8, #ARGV, 5 do
     e, c, x, z = tonumber(a), tonumber(b), tonumber(d), tonumber(f)
   end
   local changed = true
-  if old == false or epoch > e then
+  if old == false then
     e, c, x = epoch, call, expiry
+  elseif epoch > e then
+    e, c, x = epoch, call, expiry
+    quiet = false -- it replaces an earlier contest: its nodes must hear of it
   elseif epoch == e then
+    if call > c then quiet = false end
     c, x = math.max(c, call), math.max(x, expiry)
   else
     changed = false -- an earlier contest's
+    -- A quiet one came first: the earlier contest's node must read the
+    -- later. Stamped if it was not (ZADD NX: the ACL's commands suffice).
+    local at = math.max(now, stamp + 1)
+    if redis.call('ZADD', KEYS[3], 'NX', at, member) == 1 then stamp = at end
   end
   if reset > z then
-    z, changed = reset, true
+    z, changed, quiet = reset, true, false
     x = math.max(x, expiry)
   end
   if changed then
-    put(member, e, c, x, z)
+    put(member, e, c, x, z, quiet)
     if (call > 0 or reset > 0) and channel ~= '' then
       redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d\n%d', member, e, c, x, z))
     end
@@ -124,7 +152,7 @@ if stamp ~= stamped then redis.call('SET', KEYS[5], stamp) end
 
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 -- Entries removed need no life set again: the others' lives still cover them.
-local touched = stamp ~= stamped
+local touched = wrote or stamp ~= stamped
 if #dead > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   each('ZREM', KEYS[3], dead)

@@ -1252,8 +1252,13 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.eng.SetValidUntil(share.Nanos(end))
 	}
 	if ks.registered < r.Expiry-share.Duration(s.cfg.Lease) || ks.registered == 0 {
-		// The registry must know the contest lives at least as long.
-		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, Expiry: r.Expiry})
+		// The registry must know the contest lives at least as long. A key
+		// no node holds an even split of in any fleet (one request weighs
+		// more than half the limit: a per-client key of burst 1, say) is
+		// registered quietly: the other nodes, which would only note it,
+		// do not read it (unless it replaces an earlier contest).
+		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, Expiry: r.Expiry,
+			Quiet: pooledKey(ks.params, 2)})
 		ks.registered = r.Expiry
 	}
 	switch r.Outcome {

@@ -219,3 +219,50 @@ func TestAHomeAnswersACallHeardWhileItsOpIsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A contest is registered quietly (no other node reads it) only when no
+// node of any fleet holds an even split of its key: one request weighs more
+// than half the limit. Any other contest's nodes must hear of it, to join.
+func TestAContestIsRegisteredQuietlyOnlyWhereNoNodeHoldsAnEvenSplit(t *testing.T) {
+	for _, tc := range []struct {
+		lim   limit.Limit
+		quiet bool
+	}{
+		{limit.PerSecond(1), true},               // burst 1: a request is the whole limit
+		{limit.PerSecond(10).WithBurst(1), true}, // the same, at any rate
+		{limit.PerSecond(2), false},              // a request is half: a node of two holds it
+		{limit.PerSecond(10), false},             // W1's keys
+		{limit.PerMinute(1).WithBurst(3), false}, // pooled in a fleet of four, not of two
+		{limit.PerSecond(1).WithAlgorithm(limit.FixedWindow), true},
+		{limit.PerSecond(2).WithAlgorithm(limit.FixedWindow), false},
+	} {
+		eng := newEngine(t)
+		s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
+		now := time.Unix(1_800_000_000, 0).UnixNano()
+		s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 2}, nil, now)
+		for i := 0; ; i++ { // the node's share spent: the next request is short
+			if _, err := eng.AllowN(now, "k", tc.lim, 1); errors.Is(err, local.ErrShort) {
+				break
+			} else if i > 10 {
+				t.Fatalf("%v: never short", tc.lim)
+			}
+		}
+		w, refuse, _ := s.Short(now, now, "k", tc.lim, 1, now+int64(time.Second), nil)
+		if refuse || w == nil {
+			t.Fatalf("%v: refused", tc.lim)
+		}
+		ops := s.NextOps(now, 0)
+		if len(ops) != 1 {
+			t.Fatalf("%v: ops %d", tc.lim, len(ops))
+		}
+		us := share.Micros(now)
+		s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: us, Expiry: us + 3e6, Served: 1, ServedAt: us, Now: us}}, nil, false, now)
+		b := s.NextBeat(now)
+		if len(b.Contests) != 1 {
+			t.Fatalf("%v: the beat registers %d contests, want 1", tc.lim, len(b.Contests))
+		}
+		if got := b.Contests[0].Quiet; got != tc.quiet {
+			t.Errorf("%v: quiet %v, want %v", tc.lim, got, tc.quiet)
+		}
+	}
+}
