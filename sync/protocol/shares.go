@@ -663,6 +663,8 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 		s.rejoined, s.rejoinAfter = true, before
 		if s.cfg.Node == "" {
 			s.dropGrants()
+		} else {
+			s.registerAloud()
 		}
 		if v := share.Micros(now) - 1; v < s.valid {
 			s.valid = v
@@ -700,6 +702,23 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	s.from, s.more = r.Next, r.More
 	if !r.More {
 		s.read = true
+	}
+}
+
+// registerAloud queues, for the next heartbeat, a registration every node
+// reads of each contest this node holds a grant of whose key is registered
+// quietly (Quiet): the node is new to the fleet, and if Redis restarted
+// empty, the registry lost the contest's entry with it. Another node's
+// quiet registration of the key's next contest would then replace nothing,
+// and this node, deciding in its grant of the lost one, would never read
+// it. Registered aloud, that contest's entry is in the registry again: the
+// later one replaces it (read), or, should it come first, is stamped when
+// this one comes after it. s.mu is held.
+func (s *Shares) registerAloud() {
+	for _, ks := range s.orderedKeys() {
+		if ks.state.holds() && pooledKey(ks.params, 2) {
+			s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Expiry: max(ks.expiry, ks.leaseEnd)})
+		}
 	}
 }
 
@@ -819,7 +838,11 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 	if ks == nil {
 		return
 	}
-	ks.registered = max(ks.registered, c.Expiry)
+	if c.Epoch > ks.regEpoch {
+		ks.regEpoch, ks.registered = c.Epoch, c.Expiry
+	} else if c.Epoch == ks.regEpoch {
+		ks.registered = max(ks.registered, c.Expiry)
+	}
 	switch {
 	case first && ks.state == Even:
 		ks.epoch, ks.expiry, ks.callSeen = c.Epoch, c.Expiry, c.CallAt
@@ -1251,7 +1274,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.valid = end
 		s.eng.SetValidUntil(share.Nanos(end))
 	}
-	if ks.registered < r.Expiry-share.Duration(s.cfg.Lease) || ks.registered == 0 {
+	if r.Epoch != ks.regEpoch || ks.registered < r.Expiry-share.Duration(s.cfg.Lease) {
 		// The registry must know the contest lives at least as long. A key
 		// no node holds an even split of in any fleet (one request weighs
 		// more than half the limit: a per-client key of burst 1, say) is
@@ -1259,7 +1282,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		// do not read it (unless it replaces an earlier contest).
 		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, Expiry: r.Expiry,
 			Quiet: pooledKey(ks.params, 2)})
-		ks.registered = r.Expiry
+		ks.regEpoch, ks.registered = r.Epoch, r.Expiry
 	}
 	switch r.Outcome {
 	case share.Wait:

@@ -266,3 +266,39 @@ func TestAContestIsRegisteredQuietlyOnlyWhereNoNodeHoldsAnEvenSplit(t *testing.T
 		}
 	}
 }
+
+// A contest is registered whatever the expiry the node last heard the
+// registry hold for the key, if that was another contest's. A node that kept
+// a home through a Redis restart registers the lost contest again, with its
+// long expiry; the next contest of the key, made by another node, expires
+// sooner, and was not registered: the node holding the home never heard of
+// it, and the key had two homes. (Found in review.)
+func TestANewContestIsRegisteredWhateverAnEarlierOnesExpiry(t *testing.T) {
+	lim := limit.PerSecond(1).WithBurst(1).Canonical() // as the limiter passes it
+	eng := newEngine(t)
+	s := protocol.New(protocol.Config{Interval: testInterval, AskWait: time.Second}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	us := share.Micros(now)
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 2}, nil, now)
+	// The registry holds the earlier contest, expiring in 40 s.
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 2, Next: us,
+		Changes: []share.Contest{{Key: "k", Limit: lim, Epoch: us - 5e6, Expiry: us + 40e6}}}, nil, now)
+	if _, err := eng.AllowN(now, "k", lim, 1); !errors.Is(err, local.ErrShort) {
+		t.Fatalf("a pooled key's request: %v, want short", err)
+	}
+	w, refuse, _ := s.Short(now, now, "k", lim, 1, now+int64(time.Second), nil)
+	if refuse || w == nil {
+		t.Fatal("refused")
+	}
+	ops := s.NextOps(now, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d", len(ops))
+	}
+	// The store lost it, and makes the next, expiring a little sooner.
+	s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: us, Grant: share.One, Growth: share.One, LeaseEnd: us + 20e6,
+		Expiry: us + 39_500_000, Served: 1, ServedAt: us, Now: us, Lost: true}}, nil, false, now)
+	b := s.NextBeat(now)
+	if len(b.Contests) != 1 || b.Contests[0].Epoch != us {
+		t.Fatalf("the beat registers %+v, want the new contest", b.Contests)
+	}
+}

@@ -86,9 +86,12 @@ type keyState struct {
 	rateAt, lastUse int64
 	hits            int64 // demand taken since rateAt, not yet folded into rate
 	maxWeight       int64
-	// registered is the expiry the registry holds for the contest, as far
-	// as this node has sent or heard (µs).
-	registered int64
+	// registered is the expiry the registry holds for contest regEpoch,
+	// as far as this node has sent or heard (µs). A contest of another
+	// epoch is registered whatever the expiry: an entry of an earlier one
+	// (a node that kept its grants through a Redis restart registers them
+	// again) says nothing of this one.
+	registered, regEpoch int64
 	// yield: a call ended a pooled key's home; the answer gives it all
 	// back. dropped: the node dropped its grants (it had been counted gone)
 	// while this op was in flight: its answer's grant is not used.
