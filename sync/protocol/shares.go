@@ -160,10 +160,14 @@ type Shares struct {
 	valid int64
 	// busy counts, as of the last sweep, the keys that hold a grant or
 	// have an op, an intent or a request waiting: BeatDue.
-	busy    int
-	queue   []*keyState // keys with an op to send
-	queued  map[*keyState]bool
-	calls   []share.Contest // registry entries to send with the next beat
+	busy   int
+	queue  []*keyState // keys with an op to send
+	queued map[*keyState]bool
+	calls  []share.Contest // registry entries to send with the next beat
+	// aloud are registrations a node new to the fleet sends again
+	// (registerAloud), a page a beat: a node holding many homes would
+	// otherwise hold Redis in one long script just after it restarted.
+	aloud   []share.Contest
 	fleet   fleetView
 	from    int64 // the registry's changes read up to (stamp)
 	read    bool  // the registry was read whole once (the node's first beat)
@@ -595,7 +599,7 @@ func (s *Shares) quiet(now int64) bool {
 	interval := int64(s.cfg.Interval)
 	if !s.read || s.more || !s.beatOK || now-s.firstAt < int64(s.cfg.ActiveWindow) ||
 		!s.listening || now-s.subscribedAt < 2*interval ||
-		len(s.calls) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
+		len(s.calls) > 0 || len(s.aloud) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
 		return false
 	}
 	// The engine's clock may trail this one by the offset's last move: a
@@ -612,6 +616,10 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 		return nil
 	}
 	s.beating, s.beatAt = true, now
+	if n := min(len(s.aloud), registryPage); n > 0 {
+		s.calls = append(s.calls, s.aloud[:n]...)
+		s.aloud = s.aloud[n:]
+	}
 	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls,
 		GoneKeep: share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)}
 	if !s.read {
@@ -705,9 +713,9 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 	}
 }
 
-// registerAloud queues, for the next heartbeat, a registration every node
-// reads of each contest this node holds a grant of whose key is registered
-// quietly (Quiet): the node is new to the fleet, and if Redis restarted
+// registerAloud queues, for the next heartbeats (a page each), a
+// registration every node reads of each contest this node holds a grant of
+// whose key is registered quietly (Quiet): the node is new to the fleet, and if Redis restarted
 // empty, the registry lost the contest's entry with it. Another node's
 // quiet registration of the key's next contest would then replace nothing,
 // and this node, deciding in its grant of the lost one, would never read
@@ -715,9 +723,10 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 // later one replaces it (read), or, should it come first, is stamped when
 // this one comes after it. s.mu is held.
 func (s *Shares) registerAloud() {
+	s.aloud = s.aloud[:0] // what a page did not send yet is made again
 	for _, ks := range s.orderedKeys() {
 		if ks.state.holds() && pooledKey(ks.params, 2) {
-			s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Expiry: max(ks.expiry, ks.leaseEnd)})
+			s.aloud = append(s.aloud, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Expiry: max(ks.expiry, ks.leaseEnd)})
 		}
 	}
 }

@@ -2,6 +2,8 @@ package protocol_test
 
 import (
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -300,5 +302,69 @@ func TestANewContestIsRegisteredWhateverAnEarlierOnesExpiry(t *testing.T) {
 	b := s.NextBeat(now)
 	if len(b.Contests) != 1 || b.Contests[0].Epoch != us {
 		t.Fatalf("the beat registers %+v, want the new contest", b.Contests)
+	}
+}
+
+// A node that kept 2,500 homes through a Redis restart registers their
+// contests again a page a beat, not in one script that holds Redis: every
+// one of them, once, over three beats.
+func TestANodeRegistersItsHomesAgainAPageABeat(t *testing.T) {
+	lim := limit.PerSecond(1).WithBurst(1).Canonical()
+	eng := newEngine(t)
+	s := protocol.New(protocol.Config{Node: "a", Interval: testInterval, AskWait: time.Second}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	us := share.Micros(now)
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 2, New: true}, nil, now)
+	const homes = 2500
+	for i := range homes {
+		key := "client:" + strconv.Itoa(i)
+		if _, err := eng.AllowN(now, key, lim, 1); !errors.Is(err, local.ErrShort) {
+			t.Fatalf("a pooled key's request: %v, want short", err)
+		}
+		if w, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil); refuse || w == nil {
+			t.Fatal("refused")
+		}
+	}
+	ops := s.NextOps(now, 0)
+	if len(ops) != homes {
+		t.Fatalf("ops %d", len(ops))
+	}
+	replies := make([]share.Reply, len(ops))
+	for i := range replies {
+		replies[i] = share.Reply{Outcome: share.Done, Epoch: us + int64(i), Grant: share.One, Growth: share.One,
+			LeaseEnd: us + 20e6, Expiry: us + 40e6, Served: 1, ServedAt: us, Now: us}
+	}
+	s.OpsDone(ops, replies, nil, false, now)
+	if st := s.Stats(); st.Homes != homes {
+		t.Fatalf("homes %d", st.Homes)
+	}
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 2}, nil, now) // their first registrations
+	// Redis restarts empty: the node is new to the fleet, and keeps its homes.
+	now += int64(testInterval)
+	us = share.Micros(now)
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: us, Nodes: 1, New: true}, nil, now)
+	seen := map[string]int{}
+	var pages []int
+	for range 5 {
+		b := s.NextBeat(now)
+		pages = append(pages, len(b.Contests))
+		for _, c := range b.Contests {
+			if c.Quiet {
+				t.Fatalf("%s registered again quietly", c.Key)
+			}
+			seen[c.Key]++
+		}
+		s.BeatDone(b, &share.BeatReply{Now: us, Nodes: 1}, nil, now)
+	}
+	if !slices.Equal(pages, []int{1000, 1000, 500, 0, 0}) {
+		t.Errorf("registrations a beat %v, want 1000, 1000, 500", pages)
+	}
+	if len(seen) != homes {
+		t.Errorf("%d homes registered again, want %d", len(seen), homes)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s registered %d times", k, n)
+		}
 	}
 }
