@@ -31,14 +31,7 @@ func TestRegistrySurvivesManyEntriesExpiringAtOnce(t *testing.T) {
 	require.NoError(t, s.ShareBeat(bg, &share.Beat{}, &r))
 	const n = 20_000
 	expiry := r.Now + 2_000_000 // 2 s on the store's clock
-	lim := limit.PerSecond(1).WithBurst(1)
-	for first := 0; first < n; first += 1000 {
-		b := share.Beat{From: math.MaxInt64} // registers, reads nothing
-		for i := first; i < first+1000; i++ {
-			b.Contests = append(b.Contests, share.Contest{Key: "client:" + strconv.Itoa(i), Limit: lim, Epoch: r.Now, Expiry: expiry})
-		}
-		require.NoError(t, s.ShareBeat(bg, &b, &r))
-	}
+	registerClients(t, s, n, r.Now, expiry, &r)
 	require.Less(t, r.Now, expiry, "registered before they expire")
 	time.Sleep(time.Duration(expiry-r.Now)*time.Microsecond + 100*time.Millisecond)
 	require.NoError(t, s.ShareBeat(bg, &share.Beat{From: math.MaxInt64}, &r), "the beat that finds them expired")
@@ -47,6 +40,23 @@ func TestRegistrySurvivesManyEntriesExpiringAtOnce(t *testing.T) {
 	n2, err := c.HLen(bg, s.registryKeys[1]).Result()
 	require.NoError(t, err)
 	require.Zero(t, n2, "expired entries left in the registry")
+}
+
+// perClient is a per-client limit: one request is the whole burst.
+var perClient = limit.PerSecond(1).WithBurst(1)
+
+// registerClients registers contests of n keys "client:0" to "client:n-1"
+// in (epoch, expiry µs), a thousand a beat, reading nothing; r holds the
+// last beat's reply.
+func registerClients(t *testing.T, s *Store, n int, epoch, expiry int64, r *share.BeatReply) {
+	t.Helper()
+	for first := 0; first < n; first += 1000 {
+		b := share.Beat{From: math.MaxInt64}
+		for i := first; i < min(first+1000, n); i++ {
+			b.Contests = append(b.Contests, share.Contest{Key: "client:" + strconv.Itoa(i), Limit: perClient, Epoch: epoch, Expiry: expiry})
+		}
+		require.NoError(t, s.ShareBeat(bg, &b, r))
+	}
 }
 
 // A beat that reads the registry whole (no page limit: a node's first
@@ -58,19 +68,12 @@ func TestRegistryReadsManyEntriesWhole(t *testing.T) {
 	var r share.BeatReply
 	require.NoError(t, s.ShareBeat(bg, &share.Beat{}, &r))
 	const n = 12_000
-	lim := limit.PerSecond(1).WithBurst(1)
-	for first := 0; first < n; first += 1000 {
-		b := share.Beat{From: r.Next}
-		for i := first; i < first+1000; i++ {
-			b.Contests = append(b.Contests, share.Contest{Key: "client:" + strconv.Itoa(i), Limit: lim, Epoch: 7, Expiry: 1 << 60})
-		}
-		require.NoError(t, s.ShareBeat(bg, &b, &r))
-	}
+	registerClients(t, s, n, 7, 1<<60, &r)
 	require.NoError(t, s.ShareBeat(bg, &share.Beat{}, &r))
 	require.Len(t, r.Changes, n)
 	require.False(t, r.More)
 	last := r.Changes[n-1]
-	require.Equal(t, share.Contest{Key: "client:" + strconv.Itoa(n-1), Limit: lim.Canonical(), Epoch: 7, Expiry: 1 << 60}, last)
+	require.Equal(t, share.Contest{Key: "client:" + strconv.Itoa(n-1), Limit: perClient.Canonical(), Epoch: 7, Expiry: 1 << 60}, last)
 }
 
 func TestEntryValue(t *testing.T) {

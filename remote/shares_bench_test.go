@@ -131,7 +131,6 @@ func BenchmarkShareOps(b *testing.B) {
 //	go test -run '^$' -bench Registry ./remote/
 func BenchmarkRegistry(b *testing.B) {
 	c := benchClient(b)
-	perClient := limit.PerSecond(1).WithBurst(1)
 	writer, err := New(c, Options{Prefix: "rb:", Node: "w"})
 	if err != nil {
 		b.Fatal(err)

@@ -120,6 +120,20 @@ func (f *rvFleet) advance(d time.Duration) {
 }
 
 // request decides one request of weight 1 on n, asking the store if short.
+// home makes key n's home: past the fleet's first active window, n's first
+// request of the key (a pooled one) is served and n granted the whole key.
+func (f *rvFleet) home(n *rvNode, key string, lim limit.Limit) {
+	f.t.Helper()
+	f.advance(1100 * time.Millisecond) // past the first active window
+	if !f.request(n, key, lim) {
+		f.t.Fatalf("%s's first request refused", n.id)
+	}
+	f.advance(testInterval)
+	if st := n.s.Stats(); st.Homes != 1 {
+		f.t.Fatalf("%s's home: %+v", n.id, st)
+	}
+}
+
 func (f *rvFleet) request(n *rvNode, key string, lim limit.Limit) bool {
 	res, err := n.eng.AllowN(f.now, key, lim, 1)
 	if err == nil {
@@ -167,14 +181,7 @@ func TestAnOpSentBeforeANodeWasCountedGoneRestoresNothing(t *testing.T) {
 	lim := limit.PerSecond(1)
 	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
 	a, b := f.nodes[0], f.nodes[1]
-	f.advance(1100 * time.Millisecond) // past the first active window
-	if !f.request(a, "client", lim) {
-		t.Fatal("a's first request refused")
-	}
-	f.advance(testInterval)
-	if st := a.s.Stats(); st.Homes != 1 {
-		t.Fatalf("a's home: %+v", st)
-	}
+	f.home(a, "client", lim)
 	// a's client comes every second; near half a home lease a is cut off,
 	// its renewal queued.
 	for range 9 {
@@ -221,14 +228,7 @@ func TestARegistryThatRefusesBeatsLeavesTheGrantsGood(t *testing.T) {
 	lim := limit.PerSecond(1)
 	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
 	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
-	if !f.request(a, "client", lim) {
-		t.Fatal("a's first request refused")
-	}
-	f.advance(testInterval)
-	if st := a.s.Stats(); st.Homes != 1 {
-		t.Fatalf("a's home: %+v", st)
-	}
+	f.home(a, "client", lim)
 	a.beatsFail = true
 	admitted := 0
 	for range 10 {
@@ -258,14 +258,7 @@ func TestAHomeKeptThroughARestartHearsOfTheKeysNewContest(t *testing.T) {
 	lim := limit.PerSecond(1).WithBurst(1)
 	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
 	a, b := f.nodes[0], f.nodes[1]
-	f.advance(1100 * time.Millisecond)
-	if !f.request(a, "client", lim) {
-		t.Fatal("a's first request refused")
-	}
-	f.advance(testInterval)
-	if st := a.s.Stats(); st.Homes != 1 {
-		t.Fatalf("a's home: %+v", st)
-	}
+	f.home(a, "client", lim)
 	f.advance(2 * time.Second)
 	f.store.Restart()
 	f.advance(3 * testInterval) // every node beats: new to the fleet, the registry empty

@@ -715,17 +715,17 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 
 // registerAloud queues, for the next heartbeats (a page each), a
 // registration every node reads of each contest this node holds a grant of
-// whose key is registered quietly (Quiet): the node is new to the fleet, and if Redis restarted
-// empty, the registry lost the contest's entry with it. Another node's
-// quiet registration of the key's next contest would then replace nothing,
-// and this node, deciding in its grant of the lost one, would never read
-// it. Registered aloud, that contest's entry is in the registry again: the
-// later one replaces it (read), or, should it come first, is stamped when
-// this one comes after it. s.mu is held.
+// whose key is registered quietly (quietKey). The node is new to the fleet:
+// if Redis restarted empty, the registry lost the contest's entry with it.
+// Another node's quiet registration of the key's next contest would then
+// replace nothing, and this node, deciding in its grant of the lost one,
+// would never read it. Registered aloud, that contest's entry is in the
+// registry again: the later one replaces it (read), or, should it come
+// first, is stamped when this one comes after it. s.mu is held.
 func (s *Shares) registerAloud() {
 	s.aloud = s.aloud[:0] // what a page did not send yet is made again
 	for _, ks := range s.orderedKeys() {
-		if ks.state.holds() && pooledKey(ks.params, 2) {
+		if ks.state.holds() && quietKey(ks.params) {
 			s.aloud = append(s.aloud, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Expiry: max(ks.expiry, ks.leaseEnd)})
 		}
 	}
@@ -1106,6 +1106,14 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	return op, true
 }
 
+// quietKey reports whether a contest of a key of p is registered quietly
+// (share.Contest.Quiet): no node holds an even split of it in any fleet, one
+// request weighing more than half the limit (a per-client key of burst 1,
+// say), so the other nodes, which would only note its registration, do not
+// read it (unless it replaces an earlier contest). Pooled in a fleet of
+// two, a key is pooled in every larger one.
+func quietKey(p share.Params) bool { return pooledKey(p, 2) }
+
 // pooledKey reports whether a key of p has no even split in a fleet of n.
 func pooledKey(p share.Params, n int) bool {
 	even := share.Even(n)
@@ -1284,13 +1292,9 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.eng.SetValidUntil(share.Nanos(end))
 	}
 	if r.Epoch != ks.regEpoch || ks.registered < r.Expiry-share.Duration(s.cfg.Lease) {
-		// The registry must know the contest lives at least as long. A key
-		// no node holds an even split of in any fleet (one request weighs
-		// more than half the limit: a per-client key of burst 1, say) is
-		// registered quietly: the other nodes, which would only note it,
-		// do not read it (unless it replaces an earlier contest).
+		// The registry must know the contest lives at least as long.
 		s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: r.Epoch, Expiry: r.Expiry,
-			Quiet: pooledKey(ks.params, 2)})
+			Quiet: quietKey(ks.params)})
 		ks.regEpoch, ks.registered = r.Epoch, r.Expiry
 	}
 	switch r.Outcome {
