@@ -500,7 +500,7 @@ func (l *Limiter) syncAllow(ctx context.Context, key string, lim Limit, n int64)
 	}
 	seq, low := l.sync.Begin()
 	known := remote.Known{Seq: seq, Low: low, Now: l.now()}
-	known.Estimate, _ = l.engine.Estimate(key, lim)
+	known.Estimate = l.sync.Estimate(key, lim)
 	d, err := breaker.Call(ctx, l.breaker, 0, func(ctx context.Context) (remote.Decision, error) {
 		l.countCall(ctx)
 		return l.store.AllowNKnown(ctx, key, lim, n, known)

@@ -90,7 +90,7 @@ func (l *Limiter) syncPeek(ctx context.Context, key string, lim Limit, n int64) 
 		return l.peekDegraded(key, lim, n) // no waiting on Redis, and no probe spent on a peek
 	}
 	known := remote.Known{Now: l.now()}
-	known.Estimate, _ = l.engine.Estimate(key, lim)
+	known.Estimate = l.sync.Estimate(key, lim)
 	d, err := l.peekCall(ctx, func(ctx context.Context) (remote.Decision, error) {
 		return l.store.PeekN(ctx, key, lim, n, known)
 	})

@@ -631,8 +631,13 @@ func (e *Engine) ShareOf(key string, lim limit.Limit) (Share, bool) {
 
 // Estimate returns this node's estimate of the global state of (key, lim),
 // on Redis's timeline, and whether the engine holds the key: what a node
-// offers Redis to restore from when Redis lost the key.
-func (e *Engine) Estimate(key string, lim limit.Limit) (limit.State, bool) {
+// offers Redis to restore from when Redis lost the key. It leaves out the
+// node's own spend that Redis has not acknowledged: pending (taken from the
+// engine, reported or not) and what the engine holds untaken. That spend
+// reaches Redis in the node's reports, which add it to what was restored:
+// in the estimate too, it would be charged twice, and scaled up by the
+// node's share, since the engine counts it against a share of the limit.
+func (e *Engine) Estimate(key string, lim limit.Limit, pending int64) (limit.State, bool) {
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
@@ -642,13 +647,14 @@ func (e *Engine) Estimate(key string, lim limit.Limit) (limit.State, bool) {
 		return limit.State{}, false
 	}
 	s := int64(max(en.share, 1))
+	own := max(pending, 0) + int64(en.spent)
 	switch lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		return limit.State{TAT: en.st[0]}, true
+		return limit.State{TAT: en.st[0] - intmath.MulSat(own, gcraInterval(&en.st, en.pol, en.share))}, true
 	case limit.FixedWindow:
-		return limit.State{Window: en.st[0], Count: en.st[1] / s}, true
+		return limit.State{Window: en.st[0], Count: max(en.st[1]-own*int64(ShareOne), 0) / s}, true
 	case limit.SlidingWindowCounter:
-		return limit.State{Window: en.st[0], Prev: en.st[1] / s, Count: en.st[2] / s}, true
+		return limit.State{Window: en.st[0], Prev: en.st[1] / s, Count: max(en.st[2]-own*int64(ShareOne), 0) / s}, true
 	}
 	return limit.State{}, false
 }

@@ -487,3 +487,45 @@ func TestPolicyIsItsLimitInEveryForm(t *testing.T) {
 		}
 	}
 }
+
+// Estimate is the global state this node knows, without its own spend Redis
+// has not acknowledged: untaken spend, and pending (taken, its report not
+// acknowledged). Redis adds that spend from the node's reports after it
+// restores a lost key from the estimate: left in, it was charged twice, and
+// scaled up by the node's share (four times here).
+func TestEstimateLeavesOutTheNodesUnacknowledgedSpend(t *testing.T) {
+	w := t0 / int64(time.Second)
+	tests := []struct {
+		alg    limit.Algorithm
+		global limit.State // 40 spent of 100
+	}{
+		{limit.TokenBucket, limit.State{TAT: t0 + 40*int64(10*time.Millisecond)}},
+		{limit.FixedWindow, limit.State{Window: w, Count: 40}},
+		{limit.SlidingWindowCounter, limit.State{Window: w, Count: 40}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.alg.String(), func(t *testing.T) {
+			lim := limit.PerSecond(100).WithAlgorithm(tc.alg)
+			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
+			require.NoError(t, e.Seed(t0, "k", lim, tc.global, ShareOf(1, 4), 0, true))
+			est, ok := e.Estimate("k", lim, 0)
+			require.True(t, ok)
+			assert.Equal(t, tc.global, est, "nothing spent here yet")
+
+			res, err := e.AllowN(t0, "k", lim, 6)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			est, _ = e.Estimate("k", lim, 0)
+			assert.Equal(t, tc.global, est, "the untaken spend left out")
+
+			e.TakeSpend(nil) // into a report not yet acknowledged: pending
+			est, _ = e.Estimate("k", lim, 6)
+			assert.Equal(t, tc.global, est, "the pending spend left out")
+			est, _ = e.Estimate("k", lim, 0)
+			assert.NotEqual(t, tc.global, est, "acknowledged, the spend is the global state's")
+
+			_, ok = e.Estimate("other", lim, 0)
+			assert.False(t, ok)
+		})
+	}
+}

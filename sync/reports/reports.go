@@ -362,6 +362,22 @@ func (r *Reporter) Unreported() int {
 	return n + r.deps.Engine.Untaken()
 }
 
+// Estimate returns this node's estimate of the global state of (key, lim),
+// for a sync decision to restore the key from if Redis lost it: the
+// engine's, without the spend this node has yet to have acknowledged, which
+// its reports add (local.Engine.Estimate).
+func (r *Reporter) Estimate(key string, lim limit.Limit) limit.State {
+	_, rnow := r.now()
+	pending := int64(0)
+	r.mu.Lock()
+	if c := r.counters.m[keyOf(key, lim, windowOf(lim, rnow))]; c != nil {
+		pending = c.total - heldWeight(c) - c.acked
+	}
+	r.mu.Unlock()
+	est, _ := r.deps.Engine.Estimate(key, lim, pending)
+	return est
+}
+
 // Restart starts (key, lim) afresh in this node's memory: Redis's state of
 // it was reset (remote.Store.Reset).
 func (r *Reporter) Restart(key string, lim limit.Limit) {

@@ -135,11 +135,17 @@ func carry(c *counter) (named []remote.Uncertain, held int64) {
 		return nil, 0
 	}
 	k := min(len(c.uncertain), maxUncertainPerReport)
-	named = append([]remote.Uncertain(nil), c.uncertain[:k]...)
-	for _, u := range c.uncertain[k:] {
+	return append([]remote.Uncertain(nil), c.uncertain[:k]...), heldWeight(c)
+}
+
+// heldWeight is the weight of the timed-out decisions c's next report
+// leaves for a later one (see carry): not in that report's total. r.mu is
+// held.
+func heldWeight(c *counter) (held int64) {
+	for _, u := range c.uncertain[min(len(c.uncertain), maxUncertainPerReport):] {
 		held += u.N
 	}
-	return named, held
+	return held
 }
 
 // dropNamed settles the timed-out decisions of a report Redis refused for
