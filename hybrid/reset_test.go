@@ -67,7 +67,11 @@ func TestResetSync(t *testing.T) {
 func TestResetAsync(t *testing.T) {
 	srv := redistest.Start(t)
 	lim := Per(20, time.Hour).WithBurst(20)
-	cfg := Config{Redis: srv.Client(t), Prefix: "reset:", SyncInterval: 5 * time.Millisecond}
+	// The reset's first request asks the fleet when this node had given
+	// its share away before the reset: AskWait is long enough for a loaded
+	// machine to answer it (what this test is about is what a reset
+	// forgives, not how fast an ask is answered).
+	cfg := Config{Redis: srv.Client(t), Prefix: "reset:", SyncInterval: 5 * time.Millisecond, AskWait: 2 * time.Second}
 	nodes := []*Limiter{newLimiter(t, cfg), newLimiter(t, cfg), newLimiter(t, cfg)}
 	// Every node exhausts the key, and learns that the fleet has. A node
 	// refused while the store still had room (an ask answered before the
@@ -106,8 +110,9 @@ func TestResetAsync(t *testing.T) {
 	require.NoError(t, nodes[0].Reset(bg, "k", lim))
 	d, err := nodes[0].Allow(bg, "k", lim)
 	require.NoError(t, err)
-	assert.True(t, d.Allowed, "the resetting node admits at once")
-	assert.Equal(t, Local, d.Source)
+	// From memory if it held a share of the key, else from the pool the
+	// reset made fresh: never refused.
+	assert.True(t, d.Allowed, "the resetting node admits at once (source %v)", d.Source)
 	admitted := 1
 	seen := make([]bool, len(nodes))
 	seen[0] = true

@@ -21,8 +21,14 @@ func TestDriveOffersTheRateAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tl.FirstError)
 	total := tl.Total()
-	assert.InDelta(t, 400, total.Offered, 40, "the rate offered")
-	assert.InDelta(t, 110, total.Admitted, 12, "a second of 100/s after a burst of 10")
+	// What a starved scheduler takes is measured, not guessed: a driver
+	// stops at Duration, so a last turn held up leaves what it owed unsent,
+	// and a turn held up beyond the burst's refill time loses that refill.
+	assert.LessOrEqual(t, total.Offered, 402, "no more than the rate offered")
+	assert.GreaterOrEqual(t, float64(total.Offered), 400*(1-tl.Stalled.Seconds())-2, "the rate offered, but for the last stall (%v)", tl.Stalled)
+	assert.LessOrEqual(t, float64(total.Admitted), 10+100*tl.Span.Seconds()+1, "the burst and the refill over the run (%v)", tl.Span)
+	assert.GreaterOrEqual(t, float64(total.Admitted), 10+100*(tl.Span-tl.Starved).Seconds()-2,
+		"the burst and the refill the drivers were there for (span %v, starved %v)", tl.Span, tl.Starved)
 	assert.Equal(t, total.Offered, total.Sources[hybrid.Local])
 	perNode := [2]int{}
 	for _, b := range tl.Buckets {
