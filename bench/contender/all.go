@@ -216,7 +216,7 @@ type hybridLim struct {
 }
 
 func newHybrid(env Env, p Policy, mode hybrid.Mode, interval time.Duration) (Limiter, error) {
-	cfg := hybrid.Config{Mode: mode, Prefix: env.Prefix + "hl:", SyncInterval: interval, RedisTimeout: env.RedisTimeout}
+	cfg := hybrid.Config{Mode: mode, Prefix: env.Prefix + "hl:", SyncInterval: interval, RedisTimeout: env.RedisTimeout, AskWait: env.AskWait}
 	var c *redis.Client
 	if mode != hybrid.LocalOnly {
 		c = env.NewClient()

@@ -68,6 +68,11 @@ type Env struct {
 	// failure). Zero means hybridlimit's default, 50 ms. The peers have no
 	// such setting.
 	RedisTimeout time.Duration
+	// AskWait is hybridlimit's hybrid.Config.AskWait (how long, in Async
+	// mode, a request beyond the node's share waits for the fleet). Zero
+	// means hybridlimit's default (two intervals, at most 100 ms). The
+	// peers have no such setting.
+	AskWait time.Duration
 }
 
 // NewClient returns a new go-redis client for the private server with
