@@ -122,9 +122,10 @@ type keyLim struct {
 // overlap).
 type Reporter struct {
 	round.Runner
-	cfg  Config
-	deps Deps
-	log  *slog.Logger
+	cfg   Config
+	deps  Deps
+	log   *slog.Logger
+	zones limit.Zones // calendar limits' time zones, for windowOf
 
 	mu       sync.Mutex // counters and the fields below; never held across a call to Redis
 	counters *counters
@@ -370,7 +371,7 @@ func (r *Reporter) Estimate(key string, lim limit.Limit) limit.State {
 	_, rnow := r.now()
 	pending := int64(0)
 	r.mu.Lock()
-	if c := r.counters.m[keyOf(key, lim, windowOf(lim, rnow))]; c != nil {
+	if c := r.counters.m[keyOf(key, lim, r.windowOf(lim, rnow))]; c != nil {
 		pending = c.total - heldWeight(c) - c.acked
 	}
 	r.mu.Unlock()
@@ -397,12 +398,17 @@ func (r *Reporter) Stats() round.Stats {
 }
 
 // windowOf is the window of lim that rnow (Unix ns, Redis's clock) falls
-// in; zero for the buckets.
-func windowOf(lim limit.Limit, rnow int64) int64 {
+// in, as the engine numbers it (limit.Limit.WindowAt, calendar limits
+// included); zero for the buckets.
+func (r *Reporter) windowOf(lim limit.Limit, rnow int64) int64 {
 	if lim.Algorithm.IsBucket() {
 		return 0
 	}
-	return rnow / int64(lim.Period)
+	loc, err := r.zones.Load(lim.Zone)
+	if err != nil {
+		loc = nil // a limit that reached a decision has a zone that loads: UTC, never a panic
+	}
+	return lim.WindowAt(rnow, loc).Index
 }
 
 // comparePicks orders picks most pressing first, and among equals a key's

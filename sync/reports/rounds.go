@@ -135,7 +135,7 @@ func (r *Reporter) renewals(rnow int64) {
 			active = active || s.Hits > 0
 		}
 		clear(r.taken)
-		c := r.counters.get(keyOf(kl.key, kl.lim, windowOf(kl.lim, rnow)), now)
+		c := r.counters.get(keyOf(kl.key, kl.lim, r.windowOf(kl.lim, rnow)), now)
 		if c != nil && (active || c.hits > 0) {
 			c.renew = true
 		} else {
@@ -232,7 +232,7 @@ func (r *Reporter) apply(reports []remote.Report, sent []sentReport, answers []r
 				firstLost = c.key
 			}
 		}
-		if !c.lim.Algorithm.IsBucket() && c.window < windowOf(c.lim, rnow) {
+		if !c.lim.Algorithm.IsBucket() && c.window < r.windowOf(c.lim, rnow) {
 			continue // a window left behind: nothing to seed
 		}
 		seeds = append(seeds, seed{key: c.key, lim: c.lim, state: a.State,
@@ -277,7 +277,7 @@ func (r *Reporter) forget(now time.Time, rnow int64) {
 		if c.total != c.acked || c.hits != 0 || c.faulted || len(c.uncertain) > 0 || now.Sub(c.last) <= idle {
 			continue
 		}
-		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == windowOf(c.lim, rnow) {
+		if _, leased := r.leases[keyLim{c.key, c.lim}]; leased && c.window == r.windowOf(c.lim, rnow) {
 			continue
 		}
 		r.counters.remove(k)

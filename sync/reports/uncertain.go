@@ -115,7 +115,7 @@ func (r *Reporter) Settle(seq int64) { r.seqs.settle(seq) }
 func (r *Reporter) Uncertain(key string, lim limit.Limit, seq, n int64) {
 	start, rnow := r.now()
 	r.mu.Lock()
-	c := r.counters.get(keyOf(key, lim, windowOf(lim, rnow)), start)
+	c := r.counters.get(keyOf(key, lim, r.windowOf(lim, rnow)), start)
 	if c != nil {
 		c.uncertain = append(c.uncertain, remote.Uncertain{Seq: seq, N: n})
 		r.counters.bytes += uncertainBytes
