@@ -131,7 +131,9 @@ func listServices(conn *grpc.ClientConn) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+	// io.EOF from Send: the server ended the stream already (reflection
+	// off: Unimplemented), and Recv returns its status (grpc.ClientStream).
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	resp, err := stream.Recv()
