@@ -559,12 +559,20 @@ func mayHaveRun(err error) bool {
 }
 
 // keepWarm copies a key's global state into memory after a Sync decision,
-// so the node starts from it if Redis fails.
+// so the node starts from it if Redis fails, with the spend this node has
+// reported and Redis not yet acknowledged on top, as a round seeds it: what
+// the engine holds of its own spend is what its estimate leaves out. While
+// a round holds the reporter it keeps the state as it is: the next decision
+// warms it.
 func (l *Limiter) keepWarm(key string, lim Limit, d remote.Decision) {
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return
 	}
-	_ = l.engine.Seed(l.now(), key, lim, d.State, l.engine.DefaultShare(), 0, false) // validated by the decision
+	pending, _, ok := l.sync.Pending(key, lim)
+	if !ok {
+		return
+	}
+	_ = l.engine.Seed(l.now(), key, lim, d.State, l.engine.DefaultShare(), pending, false) // validated by the decision
 }
 
 // fleet is the number of nodes the limit is divided among by default.

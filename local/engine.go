@@ -632,12 +632,14 @@ func (e *Engine) ShareOf(key string, lim limit.Limit) (Share, bool) {
 // Estimate returns this node's estimate of the global state of (key, lim),
 // on Redis's timeline, and whether the engine holds the key: what a node
 // offers Redis to restore from when Redis lost the key. It leaves out the
-// node's own spend that Redis has not acknowledged: pending (taken from the
-// engine, reported or not) and what the engine holds untaken. That spend
-// reaches Redis in the node's reports, which add it to what was restored:
-// in the estimate too, it would be charged twice, and scaled up by the
-// node's share, since the engine counts it against a share of the limit.
-func (e *Engine) Estimate(key string, lim limit.Limit, pending int64) (limit.State, bool) {
+// node's own spend that Redis has not acknowledged: what the engine holds
+// untaken, and pending, taken from the engine in window (ignored for the
+// buckets) and not acknowledged. That spend reaches Redis in the node's
+// reports, which add it to what was restored: in the estimate too, it would
+// be charged twice, and scaled up by the node's share, since the engine
+// counts it against a share of the limit. The engine's state holds pending
+// when it was seeded with it (Seed), as the caller must do.
+func (e *Engine) Estimate(key string, lim limit.Limit, pending, window int64) (limit.State, bool) {
 	h := e.hash(key)
 	sh := e.shardOf(h)
 	sh.mu.Lock()
@@ -647,7 +649,10 @@ func (e *Engine) Estimate(key string, lim limit.Limit, pending int64) (limit.Sta
 		return limit.State{}, false
 	}
 	s := int64(max(en.share, 1))
-	own := max(pending, 0) + int64(en.spent)
+	own := int64(en.spent)
+	if lim.Algorithm.IsBucket() || window == en.st[0] {
+		own += max(pending, 0)
+	}
 	switch lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
 		return limit.State{TAT: en.st[0] - intmath.MulSat(own, gcraInterval(&en.st, en.pol, en.share))}, true

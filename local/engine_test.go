@@ -508,23 +508,23 @@ func TestEstimateLeavesOutTheNodesUnacknowledgedSpend(t *testing.T) {
 			lim := limit.PerSecond(100).WithAlgorithm(tc.alg)
 			e := newEngine(t, Config{TrackSpend: true, KeepOrphans: true})
 			require.NoError(t, e.Seed(t0, "k", lim, tc.global, ShareOf(1, 4), 0, true))
-			est, ok := e.Estimate("k", lim, 0)
+			est, ok := e.Estimate("k", lim, 0, w)
 			require.True(t, ok)
 			assert.Equal(t, tc.global, est, "nothing spent here yet")
 
 			res, err := e.AllowN(t0, "k", lim, 6)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
-			est, _ = e.Estimate("k", lim, 0)
+			est, _ = e.Estimate("k", lim, 0, w)
 			assert.Equal(t, tc.global, est, "the untaken spend left out")
 
 			e.TakeSpend(nil) // into a report not yet acknowledged: pending
-			est, _ = e.Estimate("k", lim, 6)
+			est, _ = e.Estimate("k", lim, 6, w)
 			assert.Equal(t, tc.global, est, "the pending spend left out")
-			est, _ = e.Estimate("k", lim, 0)
+			est, _ = e.Estimate("k", lim, 0, w)
 			assert.NotEqual(t, tc.global, est, "acknowledged, the spend is the global state's")
 
-			_, ok = e.Estimate("other", lim, 0)
+			_, ok = e.Estimate("other", lim, 0, w)
 			assert.False(t, ok)
 		})
 	}

@@ -363,19 +363,37 @@ func (r *Reporter) Unreported() int {
 	return n + r.deps.Engine.Untaken()
 }
 
+// Pending returns the spend of (key, lim) this node took from the engine
+// in the current window and Redis has not acknowledged, and the window (zero
+// for the buckets): what a sync decision seeds the engine with
+// (local.Engine.Seed) and its estimate leaves out. ok is false, and nothing
+// is known, when a round holds the reporter: a decision never waits on a
+// round that reads every counter.
+func (r *Reporter) Pending(key string, lim limit.Limit) (pending, window int64, ok bool) {
+	if lim.Validate() != nil {
+		return 0, 0, true // nothing is counted for a limit the store refuses
+	}
+	_, rnow := r.now()
+	window = r.windowOf(lim, rnow)
+	if !r.mu.TryLock() {
+		return 0, window, false
+	}
+	defer r.mu.Unlock()
+	if c := r.counters.m[keyOf(key, lim, window)]; c != nil {
+		pending = c.total - heldWeight(c) - c.acked
+	}
+	return pending, window, true
+}
+
 // Estimate returns this node's estimate of the global state of (key, lim),
 // for a sync decision to restore the key from if Redis lost it: the
 // engine's, without the spend this node has yet to have acknowledged, which
-// its reports add (local.Engine.Estimate).
+// its reports add (local.Engine.Estimate). While a round holds the
+// reporter, the pending spend is not known and stays in: Redis may then
+// restore the key above what was spent, never below.
 func (r *Reporter) Estimate(key string, lim limit.Limit) limit.State {
-	_, rnow := r.now()
-	pending := int64(0)
-	r.mu.Lock()
-	if c := r.counters.m[keyOf(key, lim, r.windowOf(lim, rnow))]; c != nil {
-		pending = c.total - heldWeight(c) - c.acked
-	}
-	r.mu.Unlock()
-	est, _ := r.deps.Engine.Estimate(key, lim, pending)
+	pending, window, _ := r.Pending(key, lim)
+	est, _ := r.deps.Engine.Estimate(key, lim, pending, window)
 	return est
 }
 
@@ -401,8 +419,8 @@ func (r *Reporter) Stats() round.Stats {
 // in, as the engine numbers it (limit.Limit.WindowAt, calendar limits
 // included); zero for the buckets.
 func (r *Reporter) windowOf(lim limit.Limit, rnow int64) int64 {
-	if lim.Algorithm.IsBucket() {
-		return 0
+	if lim.Algorithm.IsBucket() || (lim.Calendar == limit.NoCalendar && lim.Period <= 0) {
+		return 0 // a window limit without a period is invalid: never a division by zero
 	}
 	loc, err := r.zones.Load(lim.Zone)
 	if err != nil {

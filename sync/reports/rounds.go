@@ -87,7 +87,7 @@ func (r *Reporter) build(rnow int64, flush bool) (deferred int) {
 		named, held := carry(c)
 		total := c.total - held // the weight of a timed-out decision goes with its name
 		seconds := max(taken.Sub(c.since).Seconds(), r.cfg.Interval.Seconds())
-		est, _ := r.deps.Engine.Estimate(c.key, c.lim, total-c.acked) // without what this report adds
+		est, _ := r.deps.Engine.Estimate(c.key, c.lim, total-c.acked, c.window) // without what this report adds
 		r.reports = append(r.reports, remote.Report{
 			Key: c.key, Limit: c.lim, Window: c.window, Epoch: c.epoch,
 			Total: total, Refilled: min(c.refilled, total), Acked: c.acked, AckedRefilled: c.ackedRefilled,
