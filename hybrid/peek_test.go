@@ -179,7 +179,15 @@ func TestPeekChangesNoLaterDecision(t *testing.T) {
 					require.Equal(t, db.Source, da.Source, msg)
 					require.InDelta(t, db.RetryAfter, da.RetryAfter, float64(skew), msg)
 					require.InDelta(t, db.ResetAfter, da.ResetAfter, float64(skew), msg)
-					fallthrough
+					require.Equal(t, db.Allowed, da.Allowed, msg)
+					// The sliding window counter weighs the previous window
+					// by the part of it still in view, rounded up: instants
+					// apart by the skew may round one request apart.
+					if lim.Algorithm == SlidingWindowCounter && skew > 0 {
+						require.InDelta(t, db.Remaining, da.Remaining, 1, msg)
+					} else {
+						require.Equal(t, db.Remaining, da.Remaining, msg)
+					}
 				case Sync:
 					require.Equal(t, db.Allowed, da.Allowed, msg)
 					require.Equal(t, db.Remaining, da.Remaining, msg)
