@@ -46,13 +46,11 @@
 -- limit through an outage is not charged for it again afterwards). Nothing
 -- caps the debt that charges make: over-admission is always paid back.
 --
--- Loss. A node that has been told its spend was applied (acked > 0), or
--- whose estimate says the key was spent, and finds the key's state gone
--- (evicted, deleted, a Redis restarted empty), or its epoch's total lower
--- than what it was told, knows the key went back behind spend it knew of.
--- The state is then restored to at least the node's own estimate of it
--- (which leaves out the node's spend not acknowledged), the totals are
--- applied again, and the answer says so.
+-- Loss. A node that has been told its spend was applied (acked > 0) and finds
+-- the key's state gone (evicted, deleted, a Redis restarted empty), or its
+-- epoch's total lower than what it was told, knows the key went back behind
+-- spend it reported. The state is then restored to at least the node's own
+-- estimate of it, the totals are applied again, and the answer says so.
 --
 -- Shares. Each node's share of the limit is granted under a lease: its
 -- demand over the demand of every node active on the key (each given a floor
@@ -134,19 +132,7 @@ for i = 1, #KEYS do
     local draw, dcharge, lost = 0, 0, false
     if ea == nil or epoch > ea then
       draw, dcharge = math.max(total - acked, 0), math.max(charge - ackedCharge, 0)
-      -- Gone: a key this node knew was spent, by an acknowledged report of
-      -- this counter or by its estimate (which leaves its own spend out:
-      -- the report adds that). A first report after a restart restores
-      -- what the node knew, as a decision does; a bucket's estimate counts
-      -- from one request's worth, so that a key Redis let expire, which a
-      -- node's clock sees a hair later, is not taken as lost.
-      local knows
-      if kind == '0' then
-        knows = e1 > unit
-      else
-        knows = (e2 > 0 or e3 > 0) and e1 == math.floor(now / unit)
-      end
-      lost = not hasState and (acked > 0 or knows)
+      lost = acked > 0 and not hasState
       if ea ~= nil then eb, cb, hb = ea, ca, ha end
       ea, ca, ha = epoch, total, charge
     elseif epoch == ea then

@@ -137,36 +137,3 @@ func TestEstimateDoesNotWaitOnARound(t *testing.T) {
 	assert.False(t, ok)
 	assert.Greater(t, unknown.TAT, known.TAT, "the pending 10 stays in, at the node's share")
 }
-
-// A node's first report of a key after Redis lost it, from a counter never
-// acknowledged, restores the key from the node's estimate, as a decision
-// does. It restored only when the counter had an acknowledged report: the
-// key came back with the node's own degraded spend alone (60 for 180), and
-// the decisions after it, finding a state, restored nothing.
-func TestAFirstReportRestoresALostKey(t *testing.T) {
-	for _, lim := range []limit.Limit{
-		limit.Per(300, time.Hour).WithAlgorithm(limit.FixedWindow),
-		limit.Per(300, time.Hour),
-	} {
-		t.Run(lim.Algorithm.String(), func(t *testing.T) {
-			f := newFixture(t, Config{FleetSize: 3})
-			warmUp(t, f)
-			other, err := remote.New(f.store.Client(), remote.Options{Node: "other"})
-			require.NoError(t, err)
-			d, err := other.AllowN(bg, "k", lim, 120) // the fleet spent 120, and this node knows it
-			require.NoError(t, err)
-			_, rnow := f.r.now()
-			require.NoError(t, f.engine.Seed(rnow, "k", lim, d.State, f.engine.DefaultShare(), 0, false))
-			res, err := f.engine.AllowDegraded(rnow, "k", lim, 60) // then spent 60 while degraded
-			require.NoError(t, err)
-			require.True(t, res.Allowed)
-
-			require.NoError(t, f.srv.Client(t).FlushAll(bg).Err()) // Redis loses the key
-			require.NoError(t, f.r.Round(bg))
-			assert.Positive(t, f.r.Stats().StateLost, "counted as lost")
-			got, err := f.store.AllowN(bg, "k", lim, 0)
-			require.NoError(t, err)
-			assert.InDelta(t, 180, lim.Capacity()-got.Remaining, 1, "what the node knew, and its own spend once")
-		})
-	}
-}
