@@ -246,10 +246,7 @@ func TestHalfOpenLetsOnlyTheProbesThrough(t *testing.T) {
 }
 
 func TestConnectionRefusedIs502AndAFailure(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead, _ := url.Parse("http://" + ln.Addr().String())
-	require.NoError(t, ln.Close()) // nothing listens there now
+	dead, _ := url.Parse("http://" + refusingAddr(t))
 	hs := newHarness(t, Config{Target: dead, Failures: 2, OpenFor: time.Hour}, func(http.ResponseWriter, *http.Request) {})
 	for range 2 {
 		status, _, body := hs.get(t, "/")
