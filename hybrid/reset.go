@@ -15,8 +15,9 @@ import (
 // in. Only lim is reset: the key's other limits are left as they are.
 //
 //   - LocalOnly: this node forgets the key.
-//   - Sync: the key's state in Redis is deleted, for every node at once,
-//     and so is the copy this node keeps in memory for degraded mode.
+//   - Sync: the key's state in Redis is made fresh, for every node at once
+//     (the copies other nodes keep for degraded mode do not bring the old
+//     state back), and this node's copy is forgotten.
 //   - Async: the share of the key nobody holds is made fresh in Redis,
 //     this node starts the key afresh at once, and its next heartbeat, sent
 //     at once, tells every other node through Redis's registry of the

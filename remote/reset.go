@@ -43,10 +43,17 @@ func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares b
 	if !lim.Algorithm.IsBucket() {
 		kind, period = 1, int64(lim.Period/time.Microsecond)
 	}
+	if lim.Algorithm == limit.SlidingWindowLog {
+		kind = 2
+	}
+	fresh := int64(0) // Sync: how long the fresh state outlives the reset, ms
+	if !shares {
+		fresh = s.freshFor(lim)
+	}
 	if shares {
 		keys = append(keys, asyncKey(s.prefix, lim, key)) // the same hash tag too
 	}
-	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period).Slice()
+	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period, fresh).Slice()
 	if err != nil {
 		return false, 0, classify("reset", key, err)
 	}
@@ -55,4 +62,23 @@ func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares b
 		return false, 0, classify("reset", key, err)
 	}
 	return v[0] == 1, v[1] * 1000, nil
+}
+
+// freshFor is how long, in ms, the fresh state a Sync reset leaves must
+// live: until any node's copy of the state before the reset has gone stale
+// enough that Redis would not restore it (a bucket refilled, a window two
+// windows old), and the decide scripts' keep on top.
+func (s *Store) freshFor(lim limit.Limit) int64 {
+	span := lim.Tolerance()
+	if !lim.Algorithm.IsBucket() {
+		span = 2 * lim.Period
+		if lim.Calendar != limit.NoCalendar {
+			loc, err := s.zones.Load(lim.Zone)
+			if err != nil {
+				loc = nil
+			}
+			span = 2 * lim.WindowAt(time.Now().UnixNano(), loc).Len()
+		}
+	}
+	return ms(span) + ms(s.active)
 }

@@ -4,9 +4,16 @@
 -- KEYS[1]  the key's exact state (Sync decisions)
 -- KEYS[2]  the sliding window log's companion, or KEYS[1] again
 -- KEYS[3]  the key's contest (shares.lua), or absent: Sync mode
--- ARGV     node, kind (0 bucket, else a window), period µs (windows)
+-- ARGV     node, kind (0 bucket, 1 a window counter, 2 the sliding window
+--          log), period µs (windows), and for Sync mode the ms the fresh
+--          state outlives the reset (0: none)
 --
--- The exact state is deleted. A contest's pool is emptied (its state made
+-- The exact state is deleted. In Sync mode a fresh state takes its place (a
+-- full bucket, an empty window) for as long as another node's copy of the
+-- old one could still say it was spent: a node's next decision sends that
+-- copy as its estimate, and a state found gone is restored from it, which
+-- would undo the reset on every node but the one that made it. The log
+-- sends no estimate. A contest's pool is emptied (its state made
 -- fresh), so the share nobody holds admits at once, and the store calls
 -- the holders again at once if asked; the nodes holding
 -- grants, and every node deciding the key alone, start their own state
@@ -18,9 +25,21 @@
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local had = redis.call('DEL', KEYS[1], KEYS[2])
-if KEYS[3] == nil then return {had > 0 and 1 or 0, now} end
-
 local kind, period = tonumber(ARGV[2]), tonumber(ARGV[3])
+if KEYS[3] == nil then
+  local fresh = tonumber(ARGV[4]) or 0
+  if fresh > 0 and kind ~= 2 then
+    local x = math.floor(now / 1000) + fresh
+    if kind == 0 then
+      redis.call('HSET', KEYS[1], 't', now, 'l', 0, 'x', x)
+    else
+      redis.call('HSET', KEYS[1], 'w', 0, 'c', 0, 'p', 0, 'x', x) -- a window long gone: the next one is empty
+    end
+    redis.call('PEXPIREAT', KEYS[1], x)
+  end
+  return {had > 0 and 1 or 0, now}
+end
+
 -- shares.lua's contest, and an earlier release's (without the sums)
 local META, OLDMETA = '<dddddddddddddddddddd', '<ddddddddddddddddd'
 local raw = redis.call('HGET', KEYS[3], 'm')
