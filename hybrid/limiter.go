@@ -562,16 +562,17 @@ func mayHaveRun(err error) bool {
 // so the node starts from it if Redis fails, with the spend this node has
 // reported and Redis not yet acknowledged on top, as a round seeds it: what
 // the engine holds of its own spend is what its estimate leaves out. While
-// a round holds the reporter it keeps the state as it is: the next decision
-// warms it.
+// a round holds the reporter the pending is not known: the state is warmed
+// without it (an estimate made before the next seed may then err low by
+// that pending at the node's share), never left a decision behind, which a
+// key Redis keeps losing is restored from (TestEvictionsAreLoggedAndCounted
+// admitted 101 of 100 when it was).
 func (l *Limiter) keepWarm(key string, lim Limit, d remote.Decision) {
 	if lim.Algorithm == limit.SlidingWindowLog {
 		return
 	}
-	pending, _, ok := l.sync.Pending(key, lim)
-	if !ok {
-		return
-	}
+	// The pending is 0 when unknown.
+	pending, _, _ := l.sync.Pending(key, lim)
 	_ = l.engine.Seed(l.now(), key, lim, d.State, l.engine.DefaultShare(), pending, false) // validated by the decision
 }
 
