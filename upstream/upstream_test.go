@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/hybridlimit/hybridlimit/internal/testnet"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -246,7 +248,7 @@ func TestHalfOpenLetsOnlyTheProbesThrough(t *testing.T) {
 }
 
 func TestConnectionRefusedIs502AndAFailure(t *testing.T) {
-	dead, _ := url.Parse("http://" + refusingAddr(t))
+	dead, _ := url.Parse("http://" + testnet.RefusingAddr(t))
 	hs := newHarness(t, Config{Target: dead, Failures: 2, OpenFor: time.Hour}, func(http.ResponseWriter, *http.Request) {})
 	for range 2 {
 		status, _, body := hs.get(t, "/")

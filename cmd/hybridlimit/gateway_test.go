@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
+	"github.com/hybridlimit/hybridlimit/internal/testnet"
 	"github.com/hybridlimit/hybridlimit/rules"
 )
 
@@ -488,14 +489,11 @@ func TestGatewayBodyLimit(t *testing.T) {
 	assert.Equal(t, int64(1), up.hits.Load(), "the large body never reached the upstream")
 }
 
-// A dead port, for a Redis that is down.
+// A dead port, for a Redis that is down: one no other test can take
+// meanwhile (testnet.RefusingAddr).
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return testnet.RefusingAddr(t)
 }
 
 func TestGatewayRefusesToStartWithoutRedisUnlessAsked(t *testing.T) {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package upstream
+package testnet
 
 import (
 	"fmt"
@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// refusingAddr returns a loopback address that refuses connections for as
+// RefusingAddr returns a loopback address that refuses connections for as
 // long as the test runs: a TCP socket bound to it and never listening. A
 // listener closed instead frees its port, which another test running
 // beside this one may take (a redis-server, an HTTP server) and answer, or
 // never answer: a dial there then hangs instead of being refused.
-func refusingAddr(t *testing.T) string {
+func RefusingAddr(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	require.NoError(t, err)

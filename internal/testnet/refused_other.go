@@ -1,6 +1,6 @@
 //go:build !unix
 
-package upstream
+package testnet
 
 import (
 	"net"
@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// refusingAddr returns a loopback address nothing listens on: a listener's,
+// RefusingAddr returns a loopback address nothing listens on: a listener's,
 // closed. Another test may take its port meanwhile (see the unix version).
-func refusingAddr(t *testing.T) string {
+func RefusingAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
