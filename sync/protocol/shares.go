@@ -146,6 +146,9 @@ type Shares struct {
 
 	mu   sync.Mutex
 	keys map[keyLim]*keyState
+	// left: Leave was called (the node closes). A request short after it
+	// is refused, and no op asks for more.
+	left bool
 	// order holds the keys in the order they were made (and, until Tick
 	// sweeps them out, some forgotten since): Tick and Leave visit them
 	// in a fixed order (the simulation replays exactly) without sorting
@@ -440,6 +443,9 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 	us := share.Micros(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.left {
+		return nil, true, now // the node closes: it asks for nothing more
+	}
 	ks := s.state(keyLim{key, lim}, true)
 	if ks == nil {
 		return nil, true, now // not shareable: the caller refuses it (validated before)
@@ -1651,14 +1657,17 @@ func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
 // ---------------------------------------------------------------------------
 // Leaving and reading.
 
-// Leave queues, for every key this node holds a grant of, its op giving
-// everything back: the node closes.
+// Leave queues, for every key this node holds a grant of or has an op in
+// flight on, its op giving everything back: the node closes. An op in
+// flight may bring a grant in, even on a key whose contest it begins (an
+// even key's first ask): its answer is given back too.
 func (s *Shares) Leave() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.left = true
 	for _, ks := range s.orderedKeys() {
 		release(ks, Unreachable, 0)
-		if ks.state.contested() && (ks.grant > 0 || ks.op != nil) {
+		if ks.grant > 0 || ks.op != nil {
 			s.enqueue(ks, wantLeave)
 		}
 	}
