@@ -62,3 +62,52 @@ func TestALateJoinerReleasesWhatTheContestHeldForIt(t *testing.T) {
 	assert.GreaterOrEqual(t, after, 95, "the whole burst, as an exact limiter admits it: the late node's split was released")
 	assert.LessOrEqual(t, before+after, 200+2, "within the limit")
 }
+
+// A fleet configured for four nodes (FleetSize 4) of which two are up, for
+// good (a deployment scaled down, a rollout half done). A contest held an
+// even split back for each node FleetSize counts until it joined: the two
+// that never start never joined, and every burst of the client on the
+// first node was admitted by a half at most, for as long as the key was
+// contested (25 and 50 of 100 before the fix). A node that starts after a
+// contest began reads it before it decides, so the contest now holds back
+// only for the nodes up when it began.
+func TestAContestHoldsNothingBackForNodesThatAreNotUp(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := hybrid.PerSecond(100) // burst 100, refills in 1 s
+	start := func(i int) *hybrid.Limiter {
+		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ReadTimeout = time.Second })
+		l, err := hybrid.New(hybrid.Config{Redis: c, Prefix: "half:", Node: fmt.Sprint("n", i), FleetSize: 4,
+			SyncInterval: 20 * time.Millisecond, AskWait: 200 * time.Millisecond})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		return l
+	}
+	burst := func(l *hybrid.Limiter) int {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := l.Allow(context.Background(), "client", lim)
+				assert.NoError(t, err)
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return int(admitted.Load())
+	}
+
+	first, second := start(0), start(1)
+	time.Sleep(200 * time.Millisecond) // each has read the fleet of two in its heartbeats
+	before := burst(first)
+	time.Sleep(1200 * time.Millisecond) // the key refills whole
+	after := burst(first)
+	t.Logf("bursts of 100 on the first node of two up (FleetSize 4): %d, then %d after a refill; the protocol: first node %+v, second %+v",
+		before, after, first.Stats().Reconcile.Shares, second.Stats().Reconcile.Shares)
+	assert.GreaterOrEqual(t, before, 70, "the first burst: this node's split and the pool's, nothing held back for the two absent nodes")
+	assert.GreaterOrEqual(t, after, 95, "the whole burst after a refill, as an exact limiter admits it")
+	assert.LessOrEqual(t, before+after, 200+2, "within the limit")
+}
