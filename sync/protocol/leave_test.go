@@ -71,3 +71,48 @@ func TestALeaveGivesBackAGrantAnOpInFlightBringsIn(t *testing.T) {
 		})
 	}
 }
+
+// A node that left (Close: its leave beat) decides nothing, so a contest
+// begun after the others read the fleet without it holds nothing back for
+// it. The nodes divide by the most nodes seen within the active window
+// (three, here, for a while after the leave), which kept the leaver in the
+// count of joins the contest waited for: its split held back until the
+// contest ended, and a round-robin client at the limit on the two nodes
+// left was refused (23 of 373 requests in the simulation's seed 910108).
+func TestAContestHoldsNothingBackForANodeThatLeft(t *testing.T) {
+	lim := limit.PerSecond(30) // an even split of 10 on three nodes
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b", "c")
+	a, c := f.nodes[0], f.nodes[2]
+	f.advance(1100 * time.Millisecond) // every node has read the fleet of three
+	c.s.Leave()
+	f.send(c)
+	f.store.Beat(f.us(), c.id, share.Beat{Leave: true})
+	f.nodes = f.nodes[:2]
+	f.advance(3 * testInterval) // a and b read the fleet of two
+
+	admitted := 0
+	for {
+		if _, err := a.eng.AllowN(f.now, "k", lim, 1); err != nil {
+			break
+		}
+		admitted++
+	}
+	if admitted != 10 {
+		t.Fatalf("a admitted %d in its split, want 10 (one over the three seen within the active window)", admitted)
+	}
+	w, refuse, _ := a.s.Short(f.now, f.now, "k", lim, 1, f.now+int64(time.Second), nil)
+	if refuse || w == nil {
+		t.Fatal("refused")
+	}
+	ops := a.s.NextOps(f.now, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %+v", ops)
+	}
+	if ops[0].Seen != 2 {
+		t.Errorf("the ask says %d nodes up, want 2 (c left)", ops[0].Seen)
+	}
+	r := f.store.Op(f.us(), a.id, a.s.Settings(), ops[0])
+	if r.Outcome != share.Done || r.Growth <= 0 {
+		t.Errorf("the contest's first ask: %v with growth %d, want done with growth from the pool (only b's split held back): %+v", r.Outcome, r.Growth, r)
+	}
+}

@@ -537,12 +537,16 @@ func (f *fleetView) observe(now int64, nodes int) int {
 }
 
 // size is the fleet's size to divide by.
-// up is the most nodes seen within the window, without the configured
-// floor (0: none seen yet).
+// up is how many nodes the latest reading of the fleet found, without the
+// configured floor (0: none yet). Unlike size, not the most within the
+// window: a node that has left since decides nothing, and one that stopped
+// beating is still counted until it lapses.
 func (f *fleetView) up() int {
-	n := 0
+	n, at := 0, int64(math.MinInt64)
 	for _, x := range f.seen {
-		n = max(n, x.nodes)
+		if x.at >= at {
+			n, at = x.nodes, x.at
+		}
 	}
 	return n
 }
