@@ -21,7 +21,7 @@ import (
 // shareArgsPerOp and shareValuesPerOp are shares.lua's per-key argument and
 // reply counts.
 const (
-	shareArgsPerOp   = 29
+	shareArgsPerOp   = 28
 	shareValuesPerOp = 18
 )
 
@@ -101,7 +101,7 @@ func opArgs(p share.Params, op share.Op) []any {
 	return []any{int(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
 		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), serve,
-		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied, max(op.Seen, 0)}
+		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied}
 }
 
 // readReplies reads one call's reply into the replies of its ops.

@@ -50,15 +50,6 @@ type Op struct {
 	// pool when Pooled, and One − Fleet even splits in it otherwise.
 	Fleet  int
 	Pooled bool
-	// Seen is how many nodes the node saw in the fleet within its active
-	// window, itself included (zero: as many as Fleet). A contest an op
-	// creates holds an even split back for Seen − 1 joins (at most
-	// Fleet − 1): the nodes up when it began, which may have decided in
-	// their even splits before they heard of it. A node that starts after
-	// reads the contest in the registry before it decides anything, and
-	// joins holding nothing; so a FleetSize larger than the nodes that are
-	// up holds nothing back for the rest, which would never join.
-	Seen int
 	// Full is when the node's state of a token bucket became full (µs; 0:
 	// it never held any), -1 when it is not full. Shadow is, for a token
 	// bucket, the level one exact bucket holding the whole limit would have

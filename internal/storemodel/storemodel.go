@@ -49,7 +49,6 @@ type Branches struct {
 	LastAskerHomes int // a served request made no home for another node's ask, which the records no longer show
 	ServedHomes    int // a served request made a home
 	PartServed     int // the pool served part of what waited
-	FewerJoins     int // a new contest held back for fewer joins than the fleet's size (nodes FleetSize counts were not up)
 }
 
 // Add adds o's counts to b's.
@@ -60,7 +59,6 @@ func (b *Branches) Add(o Branches) {
 	b.LastAskerHomes += o.LastAskerHomes
 	b.ServedHomes += o.ServedHomes
 	b.PartServed += o.PartServed
-	b.FewerJoins += o.FewerJoins
 }
 
 // kl names a (key, limit).
@@ -256,15 +254,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		fleet := int64(max(op.Fleet, 1))
 		if !op.Pooled {
-			// An even split held back for each other node up when it
-			// began (a node that starts later reads the contest before
-			// it decides).
-			seen := fleet
-			if op.Seen > 0 && int64(op.Seen) < fleet {
-				seen = int64(op.Seen)
-				br.FewerJoins++
-			}
-			h.Joins = seen - 1
+			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
 		}
 		if op.Epoch != 0 {

@@ -15,12 +15,12 @@
 --          and what it was told, what is held back for it).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, home
 --          lease µs, the number of departures the node knows of and each's
---          node and µs (share.Settings.Gone), then per key 29 values: the limit (kind, interval ns, tolerance ns,
+--          node and µs (share.Settings.Gone), then per key 28 values: the limit (kind, interval ns, tolerance ns,
 --          capacity, period µs, rate) and the op (epoch, held, keep, level,
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
---          applied, seen).
+--          applied).
 -- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now; or for a key that failed: 0,
@@ -466,11 +466,7 @@ local function apply(k, p, op)
     end
     local fleet = math.max(op.fleet, 1)
     if not op.pooled then
-      -- an even split held back for each other node up when it began (a
-      -- node that starts later reads the contest before it decides)
-      local seen = fleet
-      if op.seen > 0 and op.seen < fleet then seen = op.seen end
-      h.joins = seen - 1
+      h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
     end
     if op.epoch ~= 0 then
@@ -760,7 +756,7 @@ end
 
 local out = {now}
 for i = 1, #KEYS do
-  local a = FIRST + (i - 1) * 29
+  local a = FIRST + (i - 1) * 28
   local kind = tonumber(ARGV[a + 1])
   local p = {kind = kind, level = kind == BUCKET or kind == METER, interval = tonumber(ARGV[a + 2]),
     tolerance = tonumber(ARGV[a + 3]), capacity = tonumber(ARGV[a + 4]), period = tonumber(ARGV[a + 5]),
@@ -776,7 +772,7 @@ for i = 1, #KEYS do
     need = tonumber(ARGV[a + 17]), fleet = tonumber(ARGV[a + 18]), pooled = ARGV[a + 19] == '1',
     join = ARGV[a + 20] == '1', leave = ARGV[a + 21] == '1', serve = tonumber(ARGV[a + 22]) >= 1, each = math.max(tonumber(ARGV[a + 22]) - 1, 0), seq = tonumber(ARGV[a + 23]),
     full = tonumber(ARGV[a + 24]), shadow = tonumber(ARGV[a + 25]), shadowSince = tonumber(ARGV[a + 26]),
-    owed = ARGV[a + 27] == '1', applied = tonumber(ARGV[a + 28]), seen = tonumber(ARGV[a + 29])}
+    owed = ARGV[a + 27] == '1', applied = tonumber(ARGV[a + 28])}
   local ok, res = pcall(apply, KEYS[i], p, op)
   if ok then
     local x = res.pool

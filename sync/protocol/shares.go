@@ -537,20 +537,6 @@ func (f *fleetView) observe(now int64, nodes int) int {
 }
 
 // size is the fleet's size to divide by.
-// up is how many nodes the latest reading of the fleet found, without the
-// configured floor (0: none yet). Unlike size, not the most within the
-// window: a node that has left since decides nothing, and one that stopped
-// beating is still counted until it lapses.
-func (f *fleetView) up() int {
-	n, at := 0, int64(math.MinInt64)
-	for _, x := range f.seen {
-		if x.at >= at {
-			n, at = x.nodes, x.at
-		}
-	}
-	return n
-}
-
 func (f *fleetView) size() int {
 	n := max(f.fixed, 1)
 	for _, x := range f.seen {
@@ -1103,7 +1089,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 		}
 	}
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
-		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Seen: s.fleet.up(), Pooled: pooledKey(ks.params, s.fleet.size()),
+		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
 		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Each: max(each, 0), Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
 		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
 	if shadow.Full >= 0 {
