@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -69,5 +70,77 @@ func TestALeaveGivesBackAGrantAnOpInFlightBringsIn(t *testing.T) {
 				t.Errorf("ops after Leave: %+v", ops)
 			}
 		})
+	}
+}
+
+// spendEven decides requests on n until its even split of key is short.
+func spendEven(t *testing.T, f *rvFleet, n *rvNode, key string, lim limit.Limit) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		_, err := n.eng.AllowN(f.now, key, lim, 1)
+		if errors.Is(err, local.ErrShort) {
+			return i
+		}
+		if err != nil || i > 1000 {
+			t.Fatalf("spend: %v after %d", err, i)
+		}
+	}
+}
+
+// An op queued but not yet built when the node leaves (here b's join of a
+// contest it heard of at its last heartbeat: the runner stopped before its
+// sender woke) is built and sent by Flush after Leave. Leave queued nothing
+// for it, and the grant it brought in was never given back: Holding stayed
+// 1 (Flush retried until its deadline), and the store counted the grant
+// held for a lease. (Found in review.)
+func TestALeaveGivesBackWhatAQueuedJoinBringsIn(t *testing.T) {
+	key, lim := "k", limit.PerSecond(100)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a, b := f.nodes[0], f.nodes[1]
+	f.advance(1100 * time.Millisecond)
+	// b's client uses its even split (still in use when b closes).
+	for range 10 {
+		if _, err := b.eng.AllowN(f.now, key, lim, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a's client spends a's even split and asks: the key's contest begins.
+	spendEven(t, f, a, key, lim)
+	f.request(a, key, lim) // it waits for b's join: either way the contest is made
+	t.Logf("a: %s", a.s.Describe(key, lim))
+	// b's next heartbeat reads the contest: its join is queued...
+	f.beat(a) // registers the contest
+	f.beat(b)
+	t.Logf("b before Leave: %s", b.s.Describe(key, lim))
+	// ...and b closes before its sender woke: Close stops the runner, then
+	// Flush: Leave, then send until nothing is held.
+	b.s.Leave()
+	f.send(b)
+	if h := b.s.Holding(); h != 0 {
+		t.Errorf("after leaving: %d keys still hold a share (%s)", h, b.s.Describe(key, lim))
+	}
+}
+
+// An op queued before Leave (Tick's wantMore for a key whose demand
+// outruns its even split) was built after it and asked: it made the key's
+// contest and was granted a share nothing gave back. (Found in review.)
+func TestNoOpAsksForMoreAfterLeave(t *testing.T) {
+	key, lim := "k", limit.PerSecond(100)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	b := f.nodes[1]
+	f.advance(1100 * time.Millisecond)
+	// b's client takes most of b's even split at once: the key is pressed.
+	for range 40 {
+		if _, err := b.eng.AllowN(f.now, key, lim, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.now += int64(testInterval)
+	b.s.Tick(f.now) // queues wantMore
+	t.Logf("b before Leave: %s", b.s.Describe(key, lim))
+	b.s.Leave()
+	f.send(b)
+	if h := b.s.Holding(); h != 0 {
+		t.Errorf("after leaving: %d keys still hold a share (%s)", h, b.s.Describe(key, lim))
 	}
 }

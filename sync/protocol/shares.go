@@ -1005,6 +1005,12 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	in := ks.intents
 	ks.intents = 0
 	defer func() { ks.yield = false }()
+	if s.left {
+		// The node closes: what it queued before asks for nothing now.
+		// A join or a report still says what the node held, and the
+		// op gives it all back.
+		in = in&(wantJoin|wantReport) | wantLeave
+	}
 	if ks.state == Even && in&(wantJoin|wantAsk|wantMore|wantReport) == 0 {
 		return nil, false // nothing to say of a key it holds no contest of
 	}
@@ -1657,17 +1663,18 @@ func (s *Shares) spare(ks *keyState, st share.State, us int64) int64 {
 // ---------------------------------------------------------------------------
 // Leaving and reading.
 
-// Leave queues, for every key this node holds a grant of or has an op in
-// flight on, its op giving everything back: the node closes. An op in
-// flight may bring a grant in, even on a key whose contest it begins (an
-// even key's first ask): its answer is given back too.
+// Leave queues, for every key this node holds a grant of, has an op in
+// flight on or an op queued for, its op giving everything back: the node
+// closes. An op in flight may bring a grant in, even on a key whose
+// contest it begins (an even key's first ask): its answer is given back
+// too. An op built after Leave asks for nothing (build).
 func (s *Shares) Leave() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.left = true
 	for _, ks := range s.orderedKeys() {
 		release(ks, Unreachable, 0)
-		if ks.grant > 0 || ks.op != nil {
+		if ks.grant > 0 || ks.op != nil || ks.intents != 0 || s.queued[ks] {
 			s.enqueue(ks, wantLeave)
 		}
 	}
