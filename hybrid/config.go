@@ -114,6 +114,13 @@ type Config struct {
 	// by the nodes started with it. A node that starts while
 	// Redis is down has seen nothing: with StartDegraded and the
 	// Conservative fallback it needs FleetSize to start at all.
+	// FleetSize is a floor, not a guess: with fewer nodes up, each still
+	// decides in one over FleetSize, and a contested key holds an even
+	// split back for each node FleetSize counts until it joins (a node
+	// that may have decided in its split before it heard of the contest
+	// reports it then), so a fleet smaller than FleetSize admits less than
+	// the limit. Set it to the size the fleet runs at, and lower it when
+	// the fleet is scaled down.
 	FleetSize int
 	// RedisTimeout bounds each decision's call to Redis in Sync mode: no
 	// decision waits longer, whatever the client's own timeouts. Zero means
