@@ -106,6 +106,32 @@ func TestShareScriptsConformOnADeparture(t *testing.T) {
 	assert.LessOrEqual(t, asked.Until, gone[0].At+set.Recovery+1_000_000, "room at the refill after a left and could have recovered")
 }
 
+// A pooled key's contest made by a node that decided the key alone before
+// the fleet grew: the script and the model must agree that its pool starts
+// at the creator's shadow, and what the creator is told (a branch the
+// simulated scenarios above do not reach).
+func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	const active = time.Second
+	st := &dualStore{t: t, seed: 0, c: c, model: storemodel.New(share.Duration(active)),
+		nodes: map[string]*remote.Store{}, active: active}
+	lim := limit.Per(2, 10*time.Second).WithBurst(1)
+	now := int64(1_800_000_000_000_000)
+	set := share.Settings{Lease: 1_000_000, CallWindow: 40_000, Cooldown: 200_000, Recovery: 300_000, HomeLease: 20_000_000}
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	// a admitted one request alone 300 ms ago: its shadow is a whole
+	// emission interval (5 s) less the 300 ms since.
+	replies := make([]share.Reply, 1)
+	st.Ops(now, "a", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
+		Serve: true, Each: 1, Seq: now, At: now, Full: -1, Shadow: 4_700_000_000, ShadowSince: now - 300_000}}, replies)
+	t.Logf("a asks: %+v", replies[0])
+	assert.Equal(t, 1, st.model.Branches.PooledShadow, "the pool started at a's shadow")
+	assert.Zero(t, replies[0].Served, "a's second request within the refill time is not served")
+}
+
 // TestShareScriptsReadAnEarlierReleasesContests is the same with every
 // contest written back, after each op, as a node of the previous release
 // writes it (its header without the sums that let an op read only its own

@@ -49,6 +49,7 @@ type Branches struct {
 	LastAskerHomes int // a served request made no home for another node's ask, which the records no longer show
 	ServedHomes    int // a served request made a home
 	PartServed     int // the pool served part of what waited
+	PooledShadow   int // a new pooled contest's pool starting at its creator's shadow (it decided the key before it was pooled)
 }
 
 // Add adds o's counts to b's.
@@ -59,6 +60,7 @@ func (b *Branches) Add(o Branches) {
 	b.LastAskerHomes += o.LastAskerHomes
 	b.ServedHomes += o.ServedHomes
 	b.PartServed += o.PartServed
+	b.PooledShadow += o.PooledShadow
 }
 
 // kl names a (key, limit).
@@ -256,6 +258,14 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if !op.Pooled {
 			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
+		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > h.PoolState.Level {
+			// A pooled key no node decides in an even split now, but its
+			// creator may have before the fleet grew (one over a smaller
+			// fleet held a request): what it admitted so is spent, and its
+			// shadow holds it. The pool starts no fuller than that, or the
+			// fleet admits the limit again.
+			h.PoolState.Level = op.Shadow
+			br.PooledShadow++
 		}
 		if op.Epoch != 0 {
 			// It held nothing of a contest that is gone before the node
