@@ -148,3 +148,28 @@ func TestOwedHoldsBackForANodeWhoseAppliedOpsAnswerWasLost(t *testing.T) {
 	assert.LessOrEqual(t, r.Grant+even, int64(share.One)+1,
 		"a's grant and b's degraded even split add up to more than the key: the store lent a the room b decides in")
 }
+
+// A pooled key's new contest starts its pool at the creator's shadow as of
+// the op's time, decayed to the pool's: an op that reaches the store late
+// does not find the key spent longer than one exact bucket would. (Found in
+// review: the shadow was placed at the pool's time unchanged, and a
+// request the exact bucket admitted 150 ms before was refused.)
+func TestAPooledContestTakesTheShadowAsOfTheOp(t *testing.T) {
+	lim := limit.Per(2, 10*time.Second).WithBurst(1) // one token every 5 s
+	set := share.Settings{Lease: 1_000_000, CallWindow: 40_000, Cooldown: 200_000, Recovery: 300_000, HomeLease: 20_000_000}
+	now := int64(1_800_000_000_000_000)
+	for _, tc := range []struct {
+		late   int64 // µs between the op's making and the store applying it
+		served bool  // the shadow (50 ms of level as of the op) has run out by then
+	}{{0, false}, {30_000, false}, {200_000, true}} {
+		m := New(1_000_000)
+		m.Beat(now, "a", share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+		m.Beat(now, "b", share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+		at := now - tc.late
+		r := m.Op(now, "a", set, share.Op{Key: "k", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: at, Need: share.One,
+			Serve: true, Each: 1, Seq: now, At: at, Full: -1, Shadow: 50_000_000, ShadowSince: at - 4_950_000})
+		if got := r.Served > 0; got != tc.served {
+			t.Errorf("an op %d ms late: served %v, want %v (%+v)", tc.late/1000, got, tc.served, r)
+		}
+	}
+}

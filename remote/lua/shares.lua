@@ -468,10 +468,12 @@ local function apply(k, p, op)
     if not op.pooled then
       h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
-    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > h.ps[1] then
+    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 then
       -- a pooled key its creator decided before the fleet grew: what it
-      -- admitted so is spent (its shadow), and the pool starts no fuller
-      h.ps = {op.shadow, h.ps[2], h.ps[3], h.ps[4]}
+      -- admitted so is spent (its shadow, as of the op's time), and the
+      -- pool starts no fuller
+      local s = decay(p, {op.shadow, 0, 0, 0}, op.at, h.poolAt)
+      if s[1] > h.ps[1] then h.ps = {s[1], h.ps[2], h.ps[3], h.ps[4]} end
     end
     if op.epoch ~= 0 then
       -- the node held nothing of a contest that is gone before the node saw
