@@ -62,14 +62,8 @@ func TestShareScriptsConform(t *testing.T) {
 // model must agree that a's grant lapsed as of when it left, held back in
 // part, and what b is told, op for op.
 func TestShareScriptsConformOnADeparture(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	const active = time.Second
-	st := &dualStore{t: t, seed: 0, c: c, model: storemodel.New(share.Duration(active)),
-		nodes: map[string]*remote.Store{}, active: active}
+	st, set, now := newDirectCase(t)
 	lim := limit.PerSecond(1)
-	now := int64(1_800_000_000_000_000)
-	set := share.Settings{Lease: 1_000_000, CallWindow: 40_000, Cooldown: 200_000, Recovery: 300_000, HomeLease: 20_000_000}
 	from := map[string]int64{}
 	beat := func(node string) share.BeatReply {
 		r := st.Beat(now, node, share.Beat{From: from[node], Limit: 1000, GoneKeep: 21_000_000})
@@ -111,14 +105,8 @@ func TestShareScriptsConformOnADeparture(t *testing.T) {
 // at the creator's shadow, and what the creator is told (a branch the
 // simulated scenarios above do not reach).
 func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	const active = time.Second
-	st := &dualStore{t: t, seed: 0, c: c, model: storemodel.New(share.Duration(active)),
-		nodes: map[string]*remote.Store{}, active: active}
+	st, set, now := newDirectCase(t)
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	now := int64(1_800_000_000_000_000)
-	set := share.Settings{Lease: 1_000_000, CallWindow: 40_000, Cooldown: 200_000, Recovery: 300_000, HomeLease: 20_000_000}
 	for _, node := range []string{"a", "b"} {
 		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
 	}
@@ -130,6 +118,17 @@ func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
 	t.Logf("a asks: %+v", replies[0])
 	assert.Equal(t, 1, st.model.Branches.PooledShadow, "the pool started at a's shadow")
 	assert.Zero(t, replies[0].Served, "a's second request within the refill time is not served")
+}
+
+// newDirectCase is a dualStore on a fresh redis-server for a case built op
+// by op (an active window of 1 s), the settings its ops carry, and the
+// clock (µs) it starts at.
+func newDirectCase(t *testing.T) (*dualStore, share.Settings, int64) {
+	const active = time.Second
+	st := &dualStore{t: t, seed: 0, c: redistest.Start(t).Client(t), model: storemodel.New(share.Duration(active)),
+		nodes: map[string]*remote.Store{}, active: active}
+	set := share.Settings{Lease: 1_000_000, CallWindow: 40_000, Cooldown: 200_000, Recovery: 300_000, HomeLease: 20_000_000}
+	return st, set, 1_800_000_000_000_000
 }
 
 // TestShareScriptsReadAnEarlierReleasesContests is the same with every

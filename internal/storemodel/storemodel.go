@@ -258,15 +258,16 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if !op.Pooled {
 			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
-		} else if s := p.Decay(share.State{Level: op.Shadow}, op.At, h.PoolAt); op.Epoch == 0 && p.Kind == share.Bucket &&
-			op.Shadow > 0 && s.Level > h.PoolState.Level {
+		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 {
 			// A pooled key no node decides in an even split now, but its
 			// creator may have before the fleet grew (one over a smaller
 			// fleet held a request): what it admitted so is spent, and its
 			// shadow (as of the op's time) holds it. The pool starts no
 			// fuller than that, or the fleet admits the limit again.
-			h.PoolState.Level = s.Level
-			br.PooledShadow++
+			if s := p.Decay(share.State{Level: op.Shadow}, op.At, h.PoolAt); s.Level > h.PoolState.Level {
+				h.PoolState.Level = s.Level
+				br.PooledShadow++
+			}
 		}
 		if op.Epoch != 0 {
 			// It held nothing of a contest that is gone before the node
