@@ -120,6 +120,33 @@ func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
 	assert.Zero(t, replies[0].Served, "a's second request within the refill time is not served")
 }
 
+// TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest: a node
+// that decided a key alone reports its shadow when the fleet grows and the
+// key is pooled, wanting nothing; the report makes the contest, as spent,
+// and the new node's first request is not served from a full pool.
+func TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.Per(2, 10*time.Second).WithBurst(1)
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	st.Ops(now, "a", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Seq: now, At: now, Full: -1,
+		Shadow: 4_700_000_000, ShadowSince: now - 300_000}}, replies)
+	t.Logf("a reports: %+v", replies[0])
+	assert.Equal(t, 1, st.model.Branches.ReportedSpend, "a's report made the contest")
+	assert.Equal(t, share.Done, replies[0].Outcome)
+	now += 20_000
+	st.Ops(now, "b", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
+		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
+	t.Logf("b asks: %+v", replies[0])
+	assert.Zero(t, replies[0].Served, "b's first request within a's refill time is not served")
+	// A report of a bucket that is full makes nothing.
+	st.Ops(now, "a", set, []share.Op{{Key: "other", Limit: lim, Fleet: 2, Pooled: true, Seq: now + 1, At: now, Full: now - 1,
+		ShadowSince: now}}, replies)
+	assert.Equal(t, share.Ended, replies[0].Outcome, "a report of nothing spent makes no contest")
+}
+
 // newDirectCase is a dualStore on a fresh redis-server for a case built op
 // by op (an active window of 1 s), the settings its ops carry, and the
 // clock (µs) it starts at.

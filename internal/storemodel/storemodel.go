@@ -50,6 +50,7 @@ type Branches struct {
 	ServedHomes    int // a served request made a home
 	PartServed     int // the pool served part of what waited
 	PooledShadow   int // a new pooled contest's pool starting at its creator's shadow (it decided the key before it was pooled)
+	ReportedSpend  int // a pooled contest made by a report of that spend alone (the creator wants nothing)
 }
 
 // Add adds o's counts to b's.
@@ -61,6 +62,7 @@ func (b *Branches) Add(o Branches) {
 	b.ServedHomes += o.ServedHomes
 	b.PartServed += o.PartServed
 	b.PooledShadow += o.PooledShadow
+	b.ReportedSpend += o.ReportedSpend
 }
 
 // kl names a (key, limit).
@@ -236,7 +238,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			Unknown: share.One - held, UnknownUntil: now + set.Lease + set.Recovery}
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
 		reply.Lost = true
-	case h == nil && (op.Leave || op.Want <= 0):
+	case h == nil && (op.Leave || op.Want <= 0) && !reportsSpend(p, op):
 		// Nothing to rebuild and nothing wanted (a call the node answers
 		// after its contest ended, say): the contest ended.
 		reply.Outcome = share.Ended
@@ -244,6 +246,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	case h == nil:
 		// A new contest. Every other node of the fleet holds an even split,
 		// unless the key is pooled; the creator holds what it says.
+		if op.Want <= 0 {
+			br.ReportedSpend++
+		}
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
 		if op.AskedAt > 0 && op.AskedAt < now {
 			// A new contest's pool is the part of the limit nobody held:
@@ -263,7 +268,8 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			// creator may have before the fleet grew (one over a smaller
 			// fleet held a request): what it admitted so is spent, and its
 			// shadow (as of the op's time) holds it. The pool starts no
-			// fuller than that, or the fleet admits the limit again.
+			// fuller than that, or the fleet admits the limit again. (The
+			// creator asks, or reports that spend alone: reportsSpend.)
 			if s := p.Decay(share.State{Level: op.Shadow}, op.At, h.PoolAt); s.Level > h.PoolState.Level {
 				h.PoolState.Level = s.Level
 				br.PooledShadow++
@@ -934,4 +940,13 @@ func wholeRequests(w, each int64) int64 {
 		return 0
 	}
 	return w / each * each
+}
+
+// reportsSpend reports whether op, wanting nothing, reports what its node
+// admitted alone in an even split of a token bucket that the fleet's growth
+// made pooled (the node's shadow): it makes the key's contest, its pool
+// starting as spent, so that a node that asks first does not find the whole
+// limit there.
+func reportsSpend(p share.Params, op share.Op) bool {
+	return op.Pooled && op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && !op.Leave
 }

@@ -420,6 +420,15 @@ local function cap(h)
   if total > ONE then h.pool = h.pool - (total - ONE) end
 end
 
+-- reportsSpend reports whether op, wanting nothing, reports what its node
+-- admitted alone in an even split of a token bucket that the fleet's
+-- growth made pooled (its shadow): it makes the key's contest, its pool
+-- starting as spent, so that a node that asks first does not find the
+-- whole limit there.
+local function reportsSpend(p, op)
+  return op.pooled and op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and not op.leave
+end
+
 -- One op.
 local function apply(k, p, op)
   local h = load(k)
@@ -452,7 +461,7 @@ local function apply(k, p, op)
     setShare(h, r0, held, 0)
     r0.leaseEnd = now + LEASE
     r.lost = 1
-  elseif h == nil and (op.leave or op.want <= 0) then
+  elseif h == nil and (op.leave or op.want <= 0) and not reportsSpend(p, op) then
     r.outcome = ENDED
     return r
   elseif h == nil then
