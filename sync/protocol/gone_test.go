@@ -42,6 +42,7 @@ type rvFleet struct {
 	nodes []*rvNode
 	cfg   protocol.Config
 	trace bool
+	sent  int // ops sent to the store
 }
 
 func newRvFleet(t *testing.T, cfg protocol.Config, ids ...string) *rvFleet {
@@ -64,6 +65,9 @@ func (f *rvFleet) add(id string) *rvNode {
 }
 
 func (f *rvFleet) us() int64 { return share.Micros(f.now) }
+
+// ops returns how many ops the nodes have sent the store.
+func (f *rvFleet) ops() int { return f.sent }
 
 func (f *rvFleet) beat(n *rvNode) *share.BeatReply {
 	b := n.s.NextBeat(f.now)
@@ -95,6 +99,7 @@ func (f *rvFleet) send(n *rvNode) {
 			return
 		}
 		set := n.s.Settings()
+		f.sent += len(ops)
 		replies := make([]share.Reply, len(ops))
 		for i, op := range ops {
 			replies[i] = f.store.Op(f.us(), n.id, set, op)

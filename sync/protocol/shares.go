@@ -221,7 +221,7 @@ type Shares struct {
 
 // shareStats are the protocol's counters.
 type shareStats struct {
-	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired, resets atomic.Uint64
+	ops, asks, joins, gives, renews, calls, waits, noRoom, lost, over, faults, expired, resets, outgrown atomic.Uint64
 }
 
 // Stats is a snapshot of the protocol's counters.
@@ -233,6 +233,7 @@ type Stats struct {
 	Faults                          uint64 // ops, ledger entries and heartbeats the store refused for the key itself
 	Expired                         uint64 // grants that lapsed before they were renewed
 	Resets                          uint64 // keys another node reset, started afresh here
+	Outgrown                        uint64 // keys decided alone, spent, pooled when the fleet grew: reported
 	Contested                       int    // keys this node holds as contested
 	Granted, Homes                  int    // keys it holds a grant of, and of them homes (the whole key, for the one node using it)
 	Nodes                           int    // the fleet's size this node divides by
@@ -371,7 +372,7 @@ func (s *Shares) enqueue(ks *keyState, what intent) {
 		s.queued[ks] = true
 		s.queue = append(s.queue, ks)
 	}
-	if s.wake != nil && what&(wantAsk|wantJoin|wantGive|wantMore) != 0 {
+	if s.wake != nil && what&(wantAsk|wantJoin|wantGive|wantMore|wantReport) != 0 {
 		s.wake(WakeOps)
 	}
 }
@@ -707,8 +708,7 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 			delete(s.gone, id) // every grant it held has lapsed
 		}
 	}
-	n := s.fleet.observe(r.Now, r.Nodes)
-	s.eng.SetFleet(s.cfg.FleetSize, n)
+	s.setFleet(s.fleet.observe(r.Now, r.Nodes), now)
 	first := !s.read
 	for _, c := range r.Changes {
 		s.heard(c, first, r.Now)
@@ -792,7 +792,32 @@ func (s *Shares) Joined(nodes int, at int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if nodes > s.fleet.size() {
-		s.eng.SetFleet(s.cfg.FleetSize, s.fleet.observe(at, nodes))
+		s.setFleet(s.fleet.observe(at, nodes), share.Nanos(at))
+	}
+}
+
+// setFleet makes the engine divide by the nodes seen, n, at now (ns). When
+// the fleet grows, a key this node decided alone in its even split may be
+// pooled now: no node decides it alone any more, and the first op on it
+// makes its contest. The node reports each such key it has spent (its
+// shadow, Engine.Outgrown), so that the contest starts as spent, whichever
+// node asks first: else a node that joined and asks first finds the whole
+// limit in the pool while this one has spent it. s.mu is held.
+func (s *Shares) setFleet(n int, now int64) {
+	from := s.eng.DefaultShare()
+	s.eng.SetFleet(s.cfg.FleetSize, n)
+	if s.eng.DefaultShare() >= from || s.left {
+		return
+	}
+	out := s.eng.Outgrown(now, from, nil)
+	slices.SortFunc(out, func(a, b local.KeyLimit) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit.String(), b.Limit.String()))
+	})
+	for _, o := range out {
+		if ks := s.state(keyLim{o.Key, o.Limit}, true); ks != nil && ks.state == Even {
+			s.stats.outgrown.Add(1)
+			s.enqueue(ks, wantReport)
+		}
 	}
 }
 
@@ -1714,7 +1739,7 @@ func (s *Shares) Stats() Stats {
 	st := &s.stats
 	return Stats{Ops: st.ops.Load(), Asks: st.asks.Load(), Joins: st.joins.Load(), Gives: st.gives.Load(), Renews: st.renews.Load(),
 		Calls: st.calls.Load(), Waits: st.waits.Load(), NoRoom: st.noRoom.Load(), Lost: st.lost.Load(), Over: st.over.Load(),
-		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Contested: contested,
+		Faults: st.faults.Load(), Expired: st.expired.Load(), Resets: st.resets.Load(), Outgrown: st.outgrown.Load(), Contested: contested,
 		Granted: granted, Homes: homes, Nodes: nodes}
 }
 

@@ -29,7 +29,7 @@ const (
 	wantAsk                       // requests wait for room
 	wantMore                      // its demand outruns its share: room before a request is short
 	wantLeave                     // the node closes: everything back to the pool
-	wantReport                    // it admitted while degraded in a share the store does not count: report what it holds
+	wantReport                    // it admitted in a share the store does not count (degraded, or alone in an even split the fleet's growth made pooled): report what it holds
 )
 
 // keyLim names a key's state: one per (key, limit).
