@@ -145,6 +145,37 @@ func TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest(t *testing.T
 	st.Ops(now, "a", set, []share.Op{{Key: "other", Limit: lim, Fleet: 2, Pooled: true, Seq: now + 1, At: now, Full: now - 1,
 		ShadowSince: now}}, replies)
 	assert.Equal(t, share.Ended, replies[0].Outcome, "a report of nothing spent makes no contest")
+	// Nor does a report of what a node owes after deciding degraded (it
+	// holds its degraded share): as before, answered Ended.
+	st.Ops(now, "a", set, []share.Op{{Key: "owed", Limit: lim, Fleet: 2, Pooled: true, Held: share.One / 2, Owed: true, Seq: now + 2,
+		At: now, Full: -1, Shadow: 4_700_000_000, ShadowSince: now}}, replies)
+	assert.Equal(t, share.Ended, replies[0].Outcome, "an owed report makes no contest")
+}
+
+// TestShareScriptsConformOnAJoinThatCarriesSpend: a fleet of two grows to
+// three; a key of burst 2 is pooled now. a and b each spent their split
+// alone and report it: a's report makes the contest, b's joins it and
+// charges the pool with b's shadow; c's request is not served.
+func TestShareScriptsConformOnAJoinThatCarriesSpend(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.Per(2, 10*time.Second) // burst 2, canonical
+	for _, node := range []string{"a", "b", "c"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	for i, node := range []string{"a", "b"} {
+		st.Ops(now+int64(i), node, set, []share.Op{{Key: "client", Limit: lim, Fleet: 3, Pooled: true, Seq: now + int64(i), At: now - 10_000,
+			Full: -1, Shadow: 4_900_000_000, ShadowSince: now - 100_000}}, replies)
+		t.Logf("%s reports: %+v", node, replies[0])
+		assert.Equal(t, share.Done, replies[0].Outcome)
+	}
+	assert.Equal(t, 1, st.model.Branches.ReportedSpend, "a's report made the contest")
+	assert.Equal(t, 1, st.model.Branches.JoinedSpend, "b's report charged it")
+	now += 20_000
+	st.Ops(now, "c", set, []share.Op{{Key: "client", Limit: lim, Fleet: 3, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
+		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
+	t.Logf("c asks: %+v", replies[0])
+	assert.Zero(t, replies[0].Served, "c's request within the refill time: a and b spent the burst")
 }
 
 // newDirectCase is a dualStore on a fresh redis-server for a case built op

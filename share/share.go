@@ -334,6 +334,17 @@ func (p Params) Spend(x State, g, w, now int64) State {
 	return x
 }
 
+// Charge returns state x of a share g (a level's kinds: a bucket's, a
+// meter's) charged with level, a level of the whole limit (one bucket of
+// it, a node's shadow): what was admitted outside the share, counted in it.
+func (p Params) Charge(x State, g, level int64) State {
+	if g <= 0 || level <= 0 || !p.level() {
+		return x
+	}
+	x.Level += int64(math.Ceil(float64(float64(level)*One) / float64(g)))
+	return x
+}
+
 // Spent returns the state of a share that has spent all it could: what the
 // store takes a share it lost track of to be (a lease that lapsed).
 func (p Params) Spent(now int64) State {

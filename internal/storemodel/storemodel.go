@@ -51,6 +51,7 @@ type Branches struct {
 	PartServed     int // the pool served part of what waited
 	PooledShadow   int // a new pooled contest's pool starting at its creator's shadow (it decided the key before it was pooled)
 	ReportedSpend  int // a pooled contest made by a report of that spend alone (the creator wants nothing)
+	JoinedSpend    int // a pooled contest charged with what a node joining it admitted alone before the fleet grew
 }
 
 // Add adds o's counts to b's.
@@ -63,6 +64,7 @@ func (b *Branches) Add(o Branches) {
 	b.PartServed += o.PartServed
 	b.PooledShadow += o.PooledShadow
 	b.ReportedSpend += o.ReportedSpend
+	b.JoinedSpend += o.JoinedSpend
 }
 
 // kl names a (key, limit).
@@ -238,7 +240,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			Unknown: share.One - held, UnknownUntil: now + set.Lease + set.Recovery}
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
 		reply.Lost = true
-	case h == nil && (op.Leave || op.Want <= 0) && !reportsSpend(p, op):
+	case h == nil && op.Want <= 0 && !carriesSpend(p, op) || h == nil && op.Leave:
 		// Nothing to rebuild and nothing wanted (a call the node answers
 		// after its contest ended, say): the contest ended.
 		reply.Outcome = share.Ended
@@ -247,7 +249,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		// A new contest. Every other node of the fleet holds an even split,
 		// unless the key is pooled; the creator holds what it says.
 		if op.Want <= 0 {
-			br.ReportedSpend++
+			br.ReportedSpend++ // carriesSpend: a report of what it admitted alone
 		}
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
 		if op.AskedAt > 0 && op.AskedAt < now {
@@ -269,7 +271,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			// fleet held a request): what it admitted so is spent, and its
 			// shadow (as of the op's time) holds it. The pool starts no
 			// fuller than that, or the fleet admits the limit again. (The
-			// creator asks, or reports that spend alone: reportsSpend.)
+			// creator asks, or reports that spend alone: carriesSpend.)
 			if s := p.Decay(share.State{Level: op.Shadow}, op.At, h.PoolAt); s.Level > h.PoolState.Level {
 				h.PoolState.Level = s.Level
 				br.PooledShadow++
@@ -388,6 +390,16 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		if held > 0 && (op.Full < 0 || op.Full > h.ExSince || keep > 0) {
 			h.ExOK = false // it spent during the creator's shadow, or keeps some
+		}
+		if carriesSpend(p, op) && h.Pool > 0 {
+			// It decided the key alone, in an even split the fleet's growth
+			// pooled, and another node made the contest first: the pool is
+			// charged with what it admitted so (its shadow, as of now). (A
+			// pool a home holds all of is not: the home decides alone.)
+			x := p.Decay(h.PoolState, h.PoolAt, now)
+			sh := p.Decay(share.State{Level: op.Shadow}, op.At, now)
+			h.PoolState, h.PoolAt = p.Charge(x, h.Pool, sh.Level), now
+			br.JoinedSpend++
 		}
 	case rec == nil:
 		rec = &Record{}
@@ -942,11 +954,12 @@ func wholeRequests(w, each int64) int64 {
 	return w / each * each
 }
 
-// reportsSpend reports whether op, wanting nothing, reports what its node
-// admitted alone in an even split of a token bucket that the fleet's growth
-// made pooled (the node's shadow): it makes the key's contest, its pool
-// starting as spent, so that a node that asks first does not find the whole
-// limit there.
-func reportsSpend(p share.Params, op share.Op) bool {
-	return op.Pooled && op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && !op.Leave
+// carriesSpend reports whether op carries what its node admitted alone, in
+// an even split of a token bucket the fleet's growth made pooled (its
+// shadow), and nothing else of it (no share held, nothing owed): a report
+// of it, wanting nothing, makes the key's contest, its pool starting as
+// spent; a join of a contest another node made first charges the pool with
+// it. Either way a node that asks does not find the whole limit there.
+func carriesSpend(p share.Params, op share.Op) bool {
+	return op.Pooled && op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && !op.Leave && op.Held <= 0 && !op.Owed
 }

@@ -420,13 +420,15 @@ local function cap(h)
   if total > ONE then h.pool = h.pool - (total - ONE) end
 end
 
--- reportsSpend reports whether op, wanting nothing, reports what its node
--- admitted alone in an even split of a token bucket that the fleet's
--- growth made pooled (its shadow): it makes the key's contest, its pool
--- starting as spent, so that a node that asks first does not find the
--- whole limit there.
-local function reportsSpend(p, op)
-  return op.pooled and op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and not op.leave
+-- carriesSpend reports whether op carries what its node admitted alone, in
+-- an even split of a token bucket the fleet's growth made pooled (its
+-- shadow), and nothing else of it (no share held, nothing owed): a report
+-- of it, wanting nothing, makes the key's contest, its pool starting as
+-- spent; a join of a contest another node made first charges the pool
+-- with it.
+local function carriesSpend(p, op)
+  return op.pooled and op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and not op.leave and op.held <= 0 and
+    not op.owed
 end
 
 -- One op.
@@ -461,7 +463,7 @@ local function apply(k, p, op)
     setShare(h, r0, held, 0)
     r0.leaseEnd = now + LEASE
     r.lost = 1
-  elseif h == nil and (op.leave or op.want <= 0) and not reportsSpend(p, op) then
+  elseif h == nil and op.want <= 0 and not carriesSpend(p, op) or h == nil and op.leave then
     r.outcome = ENDED
     return r
   elseif h == nil then
@@ -583,6 +585,13 @@ local function apply(k, p, op)
       r.over = 1
     end
     if held > 0 and (op.full < 0 or op.full > h.exSince or keep > 0) then h.exOK = false end
+    if carriesSpend(p, op) and h.pool > 0 then
+      -- it decided the key alone before the fleet grew, and another node
+      -- made the contest first: the pool is charged with that spend
+      local x = decay(p, h.ps, h.poolAt, now)
+      local sh = decay(p, {op.shadow, 0, 0, 0}, op.at, now)
+      h.ps, h.poolAt = {x[1] + math.ceil(sh[1] * ONE / h.pool), x[2], x[3], x[4]}, now
+    end
   else
     rec = record(h, node)
     setShare(h, rec, rec.grant + rec.hold, 0)
