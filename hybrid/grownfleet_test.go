@@ -64,3 +64,45 @@ func TestAGrownFleetsNewNodeFindsWhatTheFirstSpentAlone(t *testing.T) {
 	assert.Zero(t, admitted, "a client's second request within 5 s of its first, on the new node")
 	assert.Equal(t, uint64(clients), first.Stats().Reconcile.Shares.Outgrown, "the first node reports every key it spent alone")
 }
+
+// The first node decided 3,000 per-client keys alone when the second
+// starts. It reports them a few at a time, beside its own asks: it queued
+// all 3,000 at once, sent them in calls of BatchSize that outlasted the
+// breaker's timeout, sent the same calls again, for ever, and its breaker
+// opened: fresh clients (their first request, which any exact limiter
+// admits) were refused on it for 8-9 s. (Found in review.)
+func TestAGrownFleetsFirstNodeReportsWithoutStallingItsOwnRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := hybrid.Per(2, 10*time.Second).WithBurst(1)
+	start := func(i int) *hybrid.Limiter {
+		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ReadTimeout = time.Second })
+		l, err := hybrid.New(hybrid.Config{Redis: c, Prefix: "grown:", Node: fmt.Sprint("n", i),
+			SyncInterval: 20 * time.Millisecond, AskWait: time.Second})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close(context.Background()) })
+		return l
+	}
+	ctx := context.Background()
+	first := start(0)
+	const clients = 3000
+	for i := range clients {
+		d, err := first.Allow(ctx, fmt.Sprint("client-", i), lim)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	start(1)
+	require.Eventually(t, func() bool { return first.Stats().Reconcile.Shares.Nodes == 2 }, 10*time.Second, time.Millisecond)
+	refused := 0
+	for i := range 20 {
+		if d, err := first.Allow(ctx, fmt.Sprint("fresh-", i), lim); err != nil || !d.Allowed {
+			refused++
+		}
+	}
+	require.Eventually(t, func() bool { return first.Stats().Reconcile.Shares.Outgrown == clients }, 30*time.Second, 10*time.Millisecond,
+		"every key the first node spent alone reported")
+	st := first.Stats()
+	t.Logf("fresh clients refused on the first node while it reported: %d of 20; breaker timeouts %d, ops %d, degraded now %v",
+		refused, st.BreakerCounts.Timeouts, st.Reconcile.Shares.Ops, st.Degraded)
+	assert.Zero(t, refused, "fresh clients' first requests on the first node")
+	assert.Less(t, st.Reconcile.Shares.Ops, uint64(2*clients), "each report sent about once")
+}

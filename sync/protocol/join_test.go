@@ -1,6 +1,7 @@
 package protocol_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,5 +80,65 @@ func TestAPooledKeysContestStartsFullWhenItsEarlierSpendRefilled(t *testing.T) {
 	}
 	if !f.request(b, "k", lim) {
 		t.Errorf("the new node's first request refused: the key had refilled")
+	}
+}
+
+// A fleet of two grows to three. A key of 2 per 10 s, burst 2, has an even
+// split of one request in two nodes and none in three: it becomes pooled.
+// a and b each spent their split. Both report; the first report makes the
+// contest at its own shadow, the second joins it: its spend was dropped,
+// and c's request within the refill time was admitted and made the key
+// c's home, 3 where an exact limiter admits 2. The join now charges the
+// pool with what the joining node admitted alone. (Found in review.)
+func TestAFleetGrownFromTwoCountsWhatEachNodeSpentAlone(t *testing.T) {
+	lim := limit.Per(2, 10*time.Second).WithBurst(2).Canonical() // as hybrid passes it
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a, b := f.nodes[0], f.nodes[1]
+	f.advance(1100 * time.Millisecond)
+	if !f.request(a, "k", lim) || !f.request(b, "k", lim) {
+		t.Fatal("each node's even split (one request) refused")
+	}
+	f.advance(testInterval)
+	c := f.add("c")
+	f.advance(3 * testInterval)
+	if a.s.Stats().Outgrown != 1 || b.s.Stats().Outgrown != 1 {
+		t.Fatalf("reports: a %d, b %d", a.s.Stats().Outgrown, b.s.Stats().Outgrown)
+	}
+	if f.request(c, "k", lim) {
+		t.Errorf("c's request within the refill time admitted: the fleet admitted 3 of a burst of 2")
+	}
+}
+
+// A node that decided many keys alone reports them a few at a time: 250
+// keys spent, the fleet grows, and the reports go out over three rounds,
+// beside whatever the node asks, not in one call that outlasts the
+// breaker's timeout (a real Redis ran 2,000 in one call, timed out, and
+// sent them again, for ever). (Found in review.)
+func TestANodeReportsWhatTheFleetsGrowthPooledAFewAtATime(t *testing.T) {
+	lim := limit.Per(2, 10*time.Second).WithBurst(1)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
+	a := f.nodes[0]
+	f.advance(1100 * time.Millisecond)
+	const keys = 250
+	for i := range keys {
+		if !f.request(a, fmt.Sprint("client-", i), lim) {
+			t.Fatalf("client %d's first request refused", i)
+		}
+	}
+	f.add("b")
+	var sent []int
+	for f.ops() < keys && len(sent) < 10 {
+		before := f.ops()
+		f.advance(testInterval)
+		sent = append(sent, f.ops()-before)
+	}
+	t.Logf("ops sent each interval after the fleet grew: %v", sent)
+	if got := a.s.Stats().Outgrown; got != keys {
+		t.Fatalf("%d keys reported of %d", got, keys)
+	}
+	for i, n := range sent {
+		if n > 100 {
+			t.Errorf("interval %d: %d ops at once", i, n)
+		}
 	}
 }

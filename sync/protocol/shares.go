@@ -211,6 +211,15 @@ type Shares struct {
 	named   map[string]struct{} // what was logged of which key (once)
 	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
 
+	// grewFrom is the even split the node decided in before the fleet
+	// last grew, while Tick has not yet looked for the keys that growth
+	// pooled (0: nothing to look for); outgrown are the keys it found
+	// and has yet to report, reportsPerRound of them an interval from
+	// reportNext (ns) on (setFleet).
+	grewFrom   local.Share
+	outgrown   []local.KeyLimit
+	reportNext int64
+
 	// cmu guards claims: the grant of each contested key, which the
 	// engine asks for (Claimed) under a shard's lock.
 	cmu    sync.RWMutex
@@ -606,7 +615,8 @@ func (s *Shares) quiet(now int64) bool {
 	interval := int64(s.cfg.Interval)
 	if !s.read || s.more || !s.beatOK || now-s.firstAt < int64(s.cfg.ActiveWindow) ||
 		!s.listening || now-s.subscribedAt < 2*interval ||
-		len(s.calls) > 0 || len(s.aloud) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 {
+		len(s.calls) > 0 || len(s.aloud) > 0 || len(s.queue) > 0 || len(s.waiting) > 0 || s.busy > 0 ||
+		len(s.outgrown) > 0 {
 		return false
 	}
 	// The engine's clock may trail this one by the offset's last move: a
@@ -708,7 +718,7 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 			delete(s.gone, id) // every grant it held has lapsed
 		}
 	}
-	s.setFleet(s.fleet.observe(r.Now, r.Nodes), now)
+	s.setFleet(s.fleet.observe(r.Now, r.Nodes))
 	first := !s.read
 	for _, c := range r.Changes {
 		s.heard(c, first, r.Now)
@@ -792,33 +802,85 @@ func (s *Shares) Joined(nodes int, at int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if nodes > s.fleet.size() {
-		s.setFleet(s.fleet.observe(at, nodes), share.Nanos(at))
+		s.setFleet(s.fleet.observe(at, nodes))
 	}
 }
 
-// setFleet makes the engine divide by the nodes seen, n, at now (ns). When
-// the fleet grows, a key this node decided alone in its even split may be
-// pooled now: no node decides it alone any more, and the first op on it
-// makes its contest. The node reports each such key it has spent (its
-// shadow, Engine.Outgrown), so that the contest starts as spent, whichever
-// node asks first: else a node that joined and asks first finds the whole
-// limit in the pool while this one has spent it. s.mu is held.
-func (s *Shares) setFleet(n int, now int64) {
+// setFleet makes the engine divide by the nodes seen, n. When the fleet
+// grows, a key this node decided alone in its even split may be pooled now:
+// no node decides it alone any more, and the first op on it makes its
+// contest. The node reports each such key it has spent (its shadow), so
+// that the contest starts as spent, or, should a new node have asked first,
+// is charged with it: else that node finds the whole limit in the pool
+// while this one has spent it. Tick looks for the keys (Engine.Outgrown
+// reads every key the engine holds, outside s.mu) and sends the reports a
+// few at a time. s.mu is held.
+func (s *Shares) setFleet(n int) {
 	from := s.eng.DefaultShare()
 	s.eng.SetFleet(s.cfg.FleetSize, n)
 	if s.eng.DefaultShare() >= from || s.left {
 		return
 	}
-	out := s.eng.Outgrown(now, from, nil)
-	slices.SortFunc(out, func(a, b local.KeyLimit) int {
-		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit.String(), b.Limit.String()))
+	s.grewFrom = max(s.grewFrom, from)
+	if s.wake != nil {
+		s.wake(WakeOps) // a node at rest ticks now, not at its next quiet beat
+	}
+}
+
+// reportsPerRound is how many of the keys the fleet's growth pooled a node
+// reports an interval: a node that decided many alone reports them over a
+// few rounds, beside its asks, rather than in calls that outlast the
+// breaker's timeout.
+const reportsPerRound = 100
+
+// findOutgrown looks for the keys the fleet's growth pooled, if it grew
+// since it last looked: outside s.mu, which every request short of its
+// share takes, since it reads every key the engine holds.
+func (s *Shares) findOutgrown(now int64) {
+	s.mu.Lock()
+	from := s.grewFrom
+	s.grewFrom = 0
+	s.mu.Unlock()
+	if from == 0 {
+		return
+	}
+	found := s.eng.Outgrown(now, from, nil)
+	slices.SortFunc(found, func(a, b local.KeyLimit) int { // one order, for the simulation's replays
+		if c := cmp.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Limit.String(), b.Limit.String())
 	})
-	for _, o := range out {
+	s.mu.Lock()
+	s.outgrown = append(s.outgrown, found...)
+	s.mu.Unlock()
+}
+
+// queueReports queues the reports of up to reportsPerRound keys the fleet's
+// growth pooled, once an interval, and returns when it will queue more (0:
+// none left). s.mu is held.
+func (s *Shares) queueReports(now int64) int64 {
+	if len(s.outgrown) == 0 || s.left {
+		s.outgrown = nil
+		return 0
+	}
+	if now < s.reportNext {
+		return s.reportNext
+	}
+	n := min(len(s.outgrown), reportsPerRound)
+	for _, o := range s.outgrown[:n] {
 		if ks := s.state(keyLim{o.Key, o.Limit}, true); ks != nil && ks.state == Even {
 			s.stats.outgrown.Add(1)
 			s.enqueue(ks, wantReport)
 		}
 	}
+	s.outgrown = s.outgrown[n:]
+	if len(s.outgrown) == 0 {
+		s.outgrown = nil
+		return 0
+	}
+	s.reportNext = now + int64(s.cfg.Interval)
+	return s.reportNext
 }
 
 // StartSettle is how long a node that starts without FleetSize waits after
@@ -1415,6 +1477,7 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 func (s *Shares) Tick(now int64) (next int64) {
 	us := share.Micros(now)
 	interval := share.Duration(s.cfg.Interval)
+	s.findOutgrown(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A node at rest sweeps once a quiet beat, not every interval (Rest);
@@ -1439,6 +1502,9 @@ func (s *Shares) Tick(now int64) (next int64) {
 		valid = min(valid, us-1) // until the registry says why it was not in the fleet
 	}
 	wake := us + share.Micros(gap)
+	if at := s.queueReports(now); at != 0 {
+		wake = min(wake, share.Micros(at))
+	}
 	if !s.eng.Degraded() { // what is owed is reported once the store is back
 		s.pressed = s.eng.TakePressed(s.pressed[:0])
 	} else {
