@@ -337,13 +337,21 @@ func (p Params) Spend(x State, g, w, now int64) State {
 // Charge returns state x of a share g (a level's kinds: a bucket's, a
 // meter's) charged with level, a level of the whole limit (one bucket of
 // it, a node's shadow): what was admitted outside the share, counted in it.
+// The charge is at most MaxCharge: a whole bucket charged to a sliver of a
+// pool of a long limit would overflow, and past 2^53 the script's doubles
+// and these integers part.
 func (p Params) Charge(x State, g, level int64) State {
 	if g <= 0 || level <= 0 || !p.level() {
 		return x
 	}
-	x.Level += int64(math.Ceil(float64(float64(level)*One) / float64(g)))
+	x.Level += int64(min(math.Ceil(float64(float64(level)*One)/float64(g)), MaxCharge))
 	return x
 }
+
+// MaxCharge is the most Charge adds to a level: 2^53 ns (104 days), the
+// largest integer a double holds exactly, where a pool is spent for far
+// longer than any refill it could see.
+const MaxCharge = 1 << 53
 
 // Spent returns the state of a share that has spent all it could: what the
 // store takes a share it lost track of to be (a lease that lapsed).

@@ -590,7 +590,7 @@ local function apply(k, p, op)
       -- made the contest first: the pool is charged with that spend
       local x = decay(p, h.ps, h.poolAt, now)
       local sh = decay(p, {op.shadow, 0, 0, 0}, op.at, now)
-      h.ps, h.poolAt = {x[1] + math.ceil(sh[1] * ONE / h.pool), x[2], x[3], x[4]}, now
+      h.ps, h.poolAt = {x[1] + math.min(math.ceil(sh[1] * ONE / h.pool), 9007199254740992), x[2], x[3], x[4]}, now
     end
   else
     rec = record(h, node)

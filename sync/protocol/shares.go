@@ -214,10 +214,12 @@ type Shares struct {
 	// grewFrom is the even split the node decided in before the fleet
 	// last grew, while Tick has not yet looked for the keys that growth
 	// pooled (0: nothing to look for); outgrown are the keys it found
-	// and has yet to report, reportsPerRound of them an interval from
-	// reportNext (ns) on (setFleet).
+	// and has yet to report, reportsPerRound of them at a time, once the
+	// last ones (reporting) were answered and no sooner than reportNext
+	// (ns) (setFleet).
 	grewFrom   local.Share
 	outgrown   []local.KeyLimit
+	reporting  []*keyState // the last reports queued
 	reportNext int64
 
 	// cmu guards claims: the grant of each contested key, which the
@@ -857,30 +859,43 @@ func (s *Shares) findOutgrown(now int64) {
 }
 
 // queueReports queues the reports of up to reportsPerRound keys the fleet's
-// growth pooled, once an interval, and returns when it will queue more (0:
-// none left). s.mu is held.
+// growth pooled: once the last ones were answered, at most once an
+// interval, and not while the node is degraded (the store cannot be
+// reached: reports queued then would all go at once when it answers
+// again). It returns when to look again (0: nothing left). s.mu is held.
 func (s *Shares) queueReports(now int64) int64 {
 	if len(s.outgrown) == 0 || s.left {
-		s.outgrown = nil
+		s.outgrown, s.reporting = nil, nil
 		return 0
 	}
+	next := now + int64(s.cfg.Interval)
 	if now < s.reportNext {
 		return s.reportNext
 	}
+	if s.eng.Degraded() {
+		return next
+	}
+	for _, ks := range s.reporting {
+		if !ks.gone && (ks.op != nil || s.queued[ks]) {
+			return next // the last reports are not all answered: they are sent again first
+		}
+	}
 	n := min(len(s.outgrown), reportsPerRound)
+	s.reporting = s.reporting[:0]
 	for _, o := range s.outgrown[:n] {
 		if ks := s.state(keyLim{o.Key, o.Limit}, true); ks != nil && ks.state == Even {
 			s.stats.outgrown.Add(1)
 			s.enqueue(ks, wantReport)
+			s.reporting = append(s.reporting, ks)
 		}
 	}
 	s.outgrown = s.outgrown[n:]
 	if len(s.outgrown) == 0 {
-		s.outgrown = nil
+		s.outgrown, s.reporting = nil, nil
 		return 0
 	}
-	s.reportNext = now + int64(s.cfg.Interval)
-	return s.reportNext
+	s.reportNext = next
+	return next
 }
 
 // StartSettle is how long a node that starts without FleetSize waits after
