@@ -136,6 +136,8 @@ func TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest(t *testing.T
 	t.Logf("a reports: %+v", replies[0])
 	assert.Equal(t, 1, st.model.Branches.ReportedSpend, "a's report made the contest")
 	assert.Equal(t, share.Done, replies[0].Outcome)
+	assert.Equal(t, int64(4_700_000_000), replies[0].Pool.Level, "the pool starts at a's shadow, counted once")
+	assert.Zero(t, st.model.Branches.JoinedSpend, "the report that made the contest is not charged again")
 	now += 20_000
 	st.Ops(now, "b", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
 		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
@@ -176,6 +178,33 @@ func TestShareScriptsConformOnAJoinThatCarriesSpend(t *testing.T) {
 		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
 	t.Logf("c asks: %+v", replies[0])
 	assert.Zero(t, replies[0].Served, "c's request within the refill time: a and b spent the burst")
+}
+
+// TestShareScriptsConformOnAReportFromAnOldRecord: a joined b's contest
+// by a report of its spend (charged); later, back in its even split and
+// having decided the key alone since, it reports again, its record in the
+// contest holding nothing: charged again, as a join.
+func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.Per(2, 10*time.Second).WithBurst(1)
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	st.Ops(now, "b", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
+		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
+	t.Logf("b asks: %+v", replies[0])
+	b := replies[0]
+	// b gives its home back, so that the pool holds the key again.
+	st.Ops(now+1_000, "b", set, []share.Op{{Key: "client", Limit: lim, Epoch: b.Epoch, Held: b.Grant, Fleet: 2, Pooled: true,
+		Seq: now + 1_000, At: now + 1_000, Full: -1, ShadowSince: now, Applied: now}}, replies)
+	t.Logf("b gives back: %+v", replies[0])
+	for i, at := range []int64{now + 2_000, now + 6_000_000} {
+		st.Ops(at, "a", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Seq: at, At: at,
+			Full: -1, Shadow: 4_000_000_000, ShadowSince: at - 1_000}}, replies)
+		t.Logf("a reports (%d): %+v", i, replies[0])
+	}
+	assert.Equal(t, 2, st.model.Branches.JoinedSpend, "a's first report joined, its second charged from its old record")
 }
 
 // newDirectCase is a dualStore on a fresh redis-server for a case built op

@@ -394,11 +394,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if carriesSpend(p, op) && h.Pool > 0 {
 			// It decided the key alone, in an even split the fleet's growth
 			// pooled, and another node made the contest first: the pool is
-			// charged with what it admitted so (its shadow, as of now). (A
-			// pool a home holds all of is not: the home decides alone.)
-			x := p.Decay(h.PoolState, h.PoolAt, now)
-			sh := p.Decay(share.State{Level: op.Shadow}, op.At, now)
-			h.PoolState, h.PoolAt = p.Charge(x, h.Pool, sh.Level), now
+			// charged with what it admitted so. (A pool a home holds all
+			// of is not: the home decides alone.)
+			chargeSpend(p, h, now, op)
 			br.JoinedSpend++
 		}
 	case rec == nil:
@@ -406,6 +404,16 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Records[node] = rec
 		fallthrough
 	default:
+		if carriesSpend(p, op) && rec.Grant == 0 && rec.Hold == 0 && rec.GrowthAt > 0 && op.ShadowSince > rec.GrowthAt && h.Pool > 0 {
+			// It was in the contest (an op of its was answered here: not
+			// the record this op's contest was just made with), held
+			// nothing, went back to its even split (the expiry it knew of
+			// passed while another node kept the contest alive) and decided
+			// the key alone since its last op here (its shadow began after
+			// it): charged, as a join.
+			chargeSpend(p, h, now, op)
+			br.JoinedSpend++
+		}
 		rec.Grant += rec.Hold // what was held back for it: what it says it holds settles it
 		rec.Hold = 0
 		switch {
@@ -962,4 +970,12 @@ func wholeRequests(w, each int64) int64 {
 // it. Either way a node that asks does not find the whole limit there.
 func carriesSpend(p share.Params, op share.Op) bool {
 	return op.Pooled && op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && !op.Leave && op.Held <= 0 && !op.Owed
+}
+
+// chargeSpend charges h's pool with what op's node admitted alone (its
+// shadow, as of now).
+func chargeSpend(p share.Params, h *Hash, now int64, op share.Op) {
+	x := p.Decay(h.PoolState, h.PoolAt, now)
+	sh := p.Decay(share.State{Level: op.Shadow}, op.At, now)
+	h.PoolState, h.PoolAt = p.Charge(x, h.Pool, sh.Level), now
 }

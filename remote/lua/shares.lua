@@ -431,6 +431,14 @@ local function carriesSpend(p, op)
     not op.owed
 end
 
+-- chargeSpend charges h's pool with what op's node admitted alone (its
+-- shadow, as of now), at most 2^53 (share.MaxCharge).
+local function chargeSpend(p, h, op)
+  local x = decay(p, h.ps, h.poolAt, now)
+  local sh = decay(p, {op.shadow, 0, 0, 0}, op.at, now)
+  h.ps, h.poolAt = {x[1] + math.min(math.ceil(sh[1] * ONE / h.pool), 9007199254740992), x[2], x[3], x[4]}, now
+end
+
 -- One op.
 local function apply(k, p, op)
   local h = load(k)
@@ -588,11 +596,16 @@ local function apply(k, p, op)
     if carriesSpend(p, op) and h.pool > 0 then
       -- it decided the key alone before the fleet grew, and another node
       -- made the contest first: the pool is charged with that spend
-      local x = decay(p, h.ps, h.poolAt, now)
-      local sh = decay(p, {op.shadow, 0, 0, 0}, op.at, now)
-      h.ps, h.poolAt = {x[1] + math.min(math.ceil(sh[1] * ONE / h.pool), 9007199254740992), x[2], x[3], x[4]}, now
+      chargeSpend(p, h, op)
     end
   else
+    if rec ~= nil and carriesSpend(p, op) and rec.grant == 0 and rec.hold == 0 and rec.growthAt > 0 and
+        op.shadowSince > rec.growthAt and h.pool > 0 then
+      -- it held nothing here (an op of its was answered: not the record
+      -- this op's contest was just made with), went back to its even split
+      -- and decided the key alone since its last op: charged, as a join
+      chargeSpend(p, h, op)
+    end
     rec = record(h, node)
     setShare(h, rec, rec.grant + rec.hold, 0)
     if held > rec.grant then

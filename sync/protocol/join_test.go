@@ -175,3 +175,46 @@ func TestReportsDoNotPileUpWhileTheStoreIsUnreachable(t *testing.T) {
 		t.Errorf("%d of %d keys reported after the blip", got, keys)
 	}
 }
+
+// a used a pooled key once, then went back to its even split when the
+// expiry it knew of passed, while b kept the contest alive; b leaves, and a,
+// alone, decides the key in memory; b2 joins and a reports the key. The
+// store still had a's old record, holding nothing: the report charged
+// nothing, and b2's first request was served from a full pool, 2 admitted
+// within 60 ms under 2 per 10 s, burst 1. Now a report whose shadow began
+// after the node's last op in the contest is charged, as a join. (Found in
+// review.)
+func TestAReportFromANodeWithAnOldRecordIsCharged(t *testing.T) {
+	for _, aUsedItBefore := range []bool{false, true} {
+		t.Run(fmt.Sprint("a used the key before: ", aUsedItBefore), func(t *testing.T) {
+			lim := limit.Per(2, 10*time.Second).WithBurst(1).Canonical()
+			f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+			a, b := f.nodes[0], f.nodes[1]
+			f.advance(1100 * time.Millisecond)
+			if aUsedItBefore && !f.request(a, "k", lim) {
+				t.Fatal("a's first request refused")
+			}
+			for range 12 { // b keeps the contest alive past a's known expiry
+				f.advance(5 * time.Second)
+				f.request(b, "k", lim)
+			}
+			b.cut = true
+			f.advance(12 * time.Second) // b gone; its lapsed grant refilled
+			if n := a.s.Stats().Nodes; n != 1 {
+				t.Fatalf("a sees %d nodes", n)
+			}
+			if f.store.Hash(f.us(), "k", lim) == nil {
+				t.Fatal("the contest ended: the case needs it alive")
+			}
+			if !f.request(a, "k", lim) {
+				t.Fatal("a alone: its request refused")
+			}
+			at := f.now
+			b2 := f.add("b2")
+			f.advance(3 * testInterval) // a reports k
+			if f.request(b2, "k", lim) {
+				t.Errorf("b2's first request %v after a's admission was admitted", time.Duration(f.now-at))
+			}
+		})
+	}
+}
