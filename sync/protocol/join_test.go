@@ -9,6 +9,34 @@ import (
 	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
 
+// joinCfg configures the fleets below.
+var joinCfg = protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}
+
+// spentAlone returns a fleet of one node, a, past its first active window,
+// that admitted the first request of each of keys under lim alone, in
+// memory.
+func spentAlone(t *testing.T, lim limit.Limit, keys ...string) (*rvFleet, *rvNode) {
+	t.Helper()
+	f := newRvFleet(t, joinCfg, "a")
+	a := f.nodes[0]
+	f.advance(1100 * time.Millisecond)
+	for _, k := range keys {
+		if !f.request(a, k, lim) {
+			t.Fatalf("the node alone: %s's first request refused", k)
+		}
+	}
+	return f, a
+}
+
+// clients names n per-client keys.
+func clients(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("client-", i)
+	}
+	return keys
+}
+
 // A node alone decides a key in the whole limit; a second node joins, and
 // the key is pooled now (one request weighs more than half the limit).
 // The first node's next request asks, and its op makes the key's contest.
@@ -19,12 +47,7 @@ import (
 // one bucket of the whole limit holds after the node's own admissions.
 func TestAPooledKeysContestStartsAtItsCreatorsSpend(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
-	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
-	if !f.request(a, "k", lim) {
-		t.Fatal("the node alone: its first request refused")
-	}
+	f, a := spentAlone(t, lim, "k")
 	f.add("b")
 	f.advance(3 * testInterval) // a reads the fleet of two: the key is pooled
 	if st := a.s.Stats(); st.Nodes != 2 {
@@ -44,12 +67,7 @@ func TestAPooledKeysContestStartsAtItsCreatorsSpend(t *testing.T) {
 // shadow, before the new node's first request.
 func TestAPooledKeysContestStartsAtTheSpendOfTheNodeThatDecidedItAlone(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
-	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
-	if !f.request(a, "k", lim) {
-		t.Fatal("the node alone: its first request refused")
-	}
+	f, a := spentAlone(t, lim, "k")
 	b := f.add("b")
 	f.advance(3 * testInterval) // both read the fleet of two: the key is pooled
 	if st := a.s.Stats(); st.Nodes != 2 {
@@ -65,12 +83,7 @@ func TestAPooledKeysContestStartsAtTheSpendOfTheNodeThatDecidedItAlone(t *testin
 // admitted, as an exact limiter would.
 func TestAPooledKeysContestStartsFullWhenItsEarlierSpendRefilled(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
-	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
-	if !f.request(a, "k", lim) {
-		t.Fatal("the node alone: its first request refused")
-	}
+	f, _ := spentAlone(t, lim, "k")
 	f.advance(6 * time.Second) // refilled: 1 every 5 s
 	ops := f.ops()
 	b := f.add("b")
@@ -92,7 +105,7 @@ func TestAPooledKeysContestStartsFullWhenItsEarlierSpendRefilled(t *testing.T) {
 // pool with what the joining node admitted alone. (Found in review.)
 func TestAFleetGrownFromTwoCountsWhatEachNodeSpentAlone(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(2).Canonical() // as hybrid passes it
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	f := newRvFleet(t, joinCfg, "a", "b")
 	a, b := f.nodes[0], f.nodes[1]
 	f.advance(1100 * time.Millisecond)
 	if !f.request(a, "k", lim) || !f.request(b, "k", lim) {
@@ -116,15 +129,8 @@ func TestAFleetGrownFromTwoCountsWhatEachNodeSpentAlone(t *testing.T) {
 // sent them again, for ever). (Found in review.)
 func TestANodeReportsWhatTheFleetsGrowthPooledAFewAtATime(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
-	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
 	const keys = 250
-	for i := range keys {
-		if !f.request(a, fmt.Sprint("client-", i), lim) {
-			t.Fatalf("client %d's first request refused", i)
-		}
-	}
+	f, a := spentAlone(t, lim, clients(keys)...)
 	f.add("b")
 	var sent []int
 	for f.ops() < keys && len(sent) < 10 {
@@ -151,15 +157,8 @@ func TestANodeReportsWhatTheFleetsGrowthPooledAFewAtATime(t *testing.T) {
 // breaker's timeout again. Found in review.)
 func TestReportsDoNotPileUpWhileTheStoreIsUnreachable(t *testing.T) {
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
-	a := f.nodes[0]
-	f.advance(1100 * time.Millisecond)
 	const keys = 1000
-	for i := range keys {
-		if !f.request(a, fmt.Sprint("client-", i), lim) {
-			t.Fatalf("client %d refused", i)
-		}
-	}
+	f, a := spentAlone(t, lim, clients(keys)...)
 	f.add("b")
 	f.advance(testInterval) // a hears the growth
 	a.cut = true            // a blip shorter than an active window
@@ -188,7 +187,7 @@ func TestAReportFromANodeWithAnOldRecordIsCharged(t *testing.T) {
 	for _, aUsedItBefore := range []bool{false, true} {
 		t.Run(fmt.Sprint("a used the key before: ", aUsedItBefore), func(t *testing.T) {
 			lim := limit.Per(2, 10*time.Second).WithBurst(1).Canonical()
-			f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+			f := newRvFleet(t, joinCfg, "a", "b")
 			a, b := f.nodes[0], f.nodes[1]
 			f.advance(1100 * time.Millisecond)
 			if aUsedItBefore && !f.request(a, "k", lim) {
