@@ -217,3 +217,24 @@ func TestAReportFromANodeWithAnOldRecordIsCharged(t *testing.T) {
 		})
 	}
 }
+
+// The other side: a client pinned to the node that reported its key is
+// refused within its refill time, and admitted once the key has refilled,
+// as an exact limiter would: the report charged the pool once, not more.
+func TestAPinnedClientsReportedKeyRefillsOnTime(t *testing.T) {
+	lim := limit.Per(2, 10*time.Second).WithBurst(1) // one request every 5 s
+	f, a := spentAlone(t, lim, "k")
+	spent := f.now
+	f.add("b")
+	f.advance(3 * testInterval)
+	if a.s.Stats().Outgrown != 1 {
+		t.Fatalf("a reported %d keys", a.s.Stats().Outgrown)
+	}
+	if f.request(a, "k", lim) {
+		t.Errorf("a second request %v after the first admitted", time.Duration(f.now-spent))
+	}
+	f.advance(time.Duration(spent + int64(5*time.Second) - f.now + int64(5*time.Millisecond)))
+	if !f.request(a, "k", lim) {
+		t.Errorf("the client's request %v after its first refused: the key had refilled", time.Duration(f.now-spent))
+	}
+}
