@@ -88,6 +88,10 @@ type Runner struct {
 	sending sync.Mutex // one call of ops at a time
 
 	ledger *ledger
+	// opsBatch and ledgerBatch size the calls of ops and of the ledger,
+	// each by what its calls took (batch).
+	opsBatch, ledgerBatch *batch
+	timeout               time.Duration // each call's, CallTimeout or the breaker's
 
 	stats struct {
 		sent, lost atomic.Uint64
@@ -118,12 +122,13 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	}
 	a := &Runner{Runner: round.New(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
 		wakeOps: make(chan struct{}, 1), wakeBeat: make(chan struct{}, 1), wakeTick: make(chan struct{}, 1),
-		ledger: newLedger(cfg.MaxPending)}
+		ledger: newLedger(cfg.MaxPending), opsBatch: newBatch(cfg.BatchSize), ledgerBatch: newBatch(cfg.BatchSize)}
 	a.ledger.now = deps.Clock.Now
 	timeout := cfg.CallTimeout
 	if timeout == 0 {
 		timeout = deps.Breaker.Timeout()
 	}
+	a.timeout = timeout
 	node := ""
 	if n, ok := deps.Store.(interface{ Node() string }); ok {
 		node = n.Node()
@@ -343,21 +348,24 @@ func (a *Runner) sendLoop(ctx context.Context) {
 	}
 }
 
-// send sends every op ready, in calls of at most BatchSize, until none is
-// left or a call fails (the failed ops are sent again when next woken).
+// send sends every op ready, in calls of at most BatchSize (fewer when
+// calls have been slow: batch), until none is left or a call fails (the
+// failed ops are sent again when next woken).
 func (a *Runner) send(ctx context.Context) error {
 	a.sending.Lock()
 	defer a.sending.Unlock()
 	set := a.sh.Settings()
 	for {
-		ops := a.sh.NextOps(a.now(), a.cfg.BatchSize)
+		ops := a.sh.NextOps(a.now(), a.opsBatch.next())
 		if len(ops) == 0 {
 			return nil
 		}
 		replies := make([]share.Reply, len(ops)) // the call's own, as the beat's reply
-		_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+		timeout, sent := a.Timeout(ctx, a.timeout), time.Now()
+		_, err := breaker.Call(ctx, a.deps.Breaker, timeout, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, a.deps.Store.ShareOps(ctx, set, ops, replies)
 		})
+		a.opsBatch.done(len(ops), time.Since(sent), timeout, err)
 		if err != nil && remote.IsKeyFault(err) {
 			err = nil // every op's key refused: each reply says so
 		}
@@ -497,7 +505,8 @@ func (a *Runner) Flush(ctx context.Context) error {
 	}
 	if err != nil {
 		keys, weight := a.ledger.unacked()
-		return fmt.Errorf("async: flush: %d keys (%d in weight) of the ledger not reported: %w", keys, weight, err)
+		return fmt.Errorf("async: flush: %d keys' grants not given back, %d keys (%d in weight) of the ledger not reported: %w",
+			a.sh.Holding(), keys, weight, err)
 	}
 	return nil
 }
@@ -519,14 +528,16 @@ func (a *Runner) sendLedger(ctx context.Context, flush bool) error {
 			"lost_total", a.stats.lost.Load(), "max_pending", a.cfg.MaxPending)
 	}
 	for {
-		entries := a.ledger.entries(a.cfg.BatchSize, flush)
+		entries := a.ledger.entries(a.ledgerBatch.next(), flush)
 		if len(entries) == 0 {
 			return nil
 		}
 		errs := make([]error, len(entries))
-		_, err := breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
+		timeout, sent := a.Timeout(ctx, a.timeout), time.Now()
+		_, err := breaker.Call(ctx, a.deps.Breaker, timeout, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, a.deps.Store.AddToLedgers(ctx, entries, errs)
 		})
+		a.ledgerBatch.done(len(entries), time.Since(sent), timeout, err)
 		if err != nil {
 			a.ledger.unsent(entries)
 			return err
