@@ -237,7 +237,12 @@ type shareStats struct {
 
 // Stats is a snapshot of the protocol's counters.
 type Stats struct {
-	Ops, Asks, Joins, Gives, Renews uint64 // ops sent, and by what they carried
+	// Ops counts every op handed to the store to send, a failed call's
+	// again each time it is sent (also those an open breaker refuses at
+	// once: round.Stats.KeysSent counts the ops the store answered). Asks
+	// counts the requests short of their share that asked the fleet; Joins,
+	// Gives and Renews count ops once each, by what they carried.
+	Ops, Asks, Joins, Gives, Renews uint64
 	Calls                           uint64 // calls this node made
 	Waits, NoRoom                   uint64 // asks answered wait, and refused until later
 	Lost, Over                      uint64 // contests the store had lost; grants the store had not accounted (degraded)
