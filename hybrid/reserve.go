@@ -13,6 +13,7 @@ import (
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/remote"
+	"github.com/hybridlimit/hybridlimit/sync/async"
 	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
 
@@ -251,26 +252,28 @@ func (l *Limiter) asyncReserve(ctx context.Context, r *Reservation, maxWait time
 	if d, ok := ctx.Deadline(); ok {
 		deadline = min(deadline, now+int64(time.Until(d)))
 	}
-	ans := l.async.Ask(ctx, now, now, r.key, r.lim, r.n, deadline)
-	if l.closed.Load() {
-		return nil, ErrClosed
-	}
-	switch ans.Verdict {
-	case protocol.Unreachable:
+	ans, made, err := l.askReserve(ctx, now, r, maxWait, deadline)
+	switch {
+	case err != nil:
+		return nil, err
+	case ans.Verdict == protocol.Unreachable:
 		return l.degradedReserve(r, maxWait)
-	case protocol.Admitted:
+	case ans.Verdict == protocol.Admitted:
 		// The fleet's pool admitted it, at once: the node's own state is
 		// as it was.
 		res, _ := l.engine.AllowN(l.now(), r.key, r.lim, 0)
 		res.Limit, res.Allowed, res.RetryAfter = r.lim, true, 0
 		r.Decision, r.at, r.pooled = Decision{Result: res, Source: Remote}, l.now(), true
 		return r, nil
+	case made != nil:
+		r.made(*made, Local, maxWait)
+		return r, nil
 	}
 	now = l.now()
-	res, err = l.engine.ReserveHeld(now, r.key, r.lim, r.n, maxWait)
+	held, err := l.engine.ReserveHeld(now, r.key, r.lim, r.n, maxWait)
 	switch {
 	case err == nil:
-		r.made(res, Local, maxWait)
+		r.made(held, Local, maxWait)
 		return r, nil
 	case errors.Is(err, local.ErrFaulted):
 		return l.degradedReserve(r, maxWait)
@@ -289,6 +292,43 @@ func (l *Limiter) asyncReserve(ctx context.Context, r *Reservation, maxWait time
 	}
 	r.Decision, r.at, r.eta = ref, now, ref.RetryAfter
 	return r, nil
+}
+
+// askReserve asks the fleet for room for r, which the node's share could
+// not make at once at now, as ask does for AllowN: each time the share
+// changes (Retry) the reservation is tried again in it, at once, and asked
+// again while still short, until deadline. It returns the last answer, and
+// the reservation when the share made it (res); a faulted key's answer is
+// Unreachable (the fallback decides it). Once the fleet has no room
+// (Refuse), or AskWait ended (Expired, counted), the caller makes the
+// reservation in what the node holds.
+func (l *Limiter) askReserve(ctx context.Context, now int64, r *Reservation, maxWait time.Duration, deadline int64) (async.Answer, *limit.Reservation, error) {
+	asked := now
+	for {
+		ans := l.async.Ask(ctx, now, asked, r.key, r.lim, r.n, deadline)
+		if l.closed.Load() {
+			return ans, nil, ErrClosed
+		}
+		if ans.Verdict == protocol.Expired {
+			l.askTimedOut(r.key, r.lim)
+		}
+		if ans.Verdict != protocol.Retry {
+			return ans, nil, nil
+		}
+		now = l.now()
+		res, err := l.engine.ReserveN(now, r.key, r.lim, r.n, maxWait)
+		switch {
+		case err == nil:
+			return ans, &res, nil
+		case errors.Is(err, local.ErrFaulted):
+			return async.Answer{Verdict: protocol.Unreachable}, nil, nil
+		case !errors.Is(err, local.ErrShort):
+			return ans, nil, err
+		case now >= deadline:
+			l.askTimedOut(r.key, r.lim)
+			return ans, nil, nil
+		}
+	}
 }
 
 // memoryWait is the longest a reservation made in memory may wait while a
