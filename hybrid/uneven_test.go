@@ -46,6 +46,7 @@ type tally struct {
 	mu       sync.Mutex
 	admitted int
 	refused  int
+	degraded int // of the refused, those decided under the fallback (the breaker open)
 	longest  time.Duration
 }
 
@@ -53,12 +54,37 @@ func (tl *tally) add(t *testing.T, d hybrid.Decision, err error, took time.Durat
 	require.NoError(t, err)
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	if d.Allowed {
+	switch {
+	case d.Allowed:
 		tl.admitted++
-	} else {
+	case d.Source == hybrid.Degraded:
+		tl.refused++
+		tl.degraded++
+	default:
 		tl.refused++
 	}
 	tl.longest = max(tl.longest, took)
+}
+
+// noneRefused asserts that the protocol refused none of what tl counted.
+// A call to Redis that outlasts RedisTimeout (50 ms: a loaded machine)
+// counts against the breaker, and three in a row open it: the nodes then
+// decide under the conservative fallback, which refuses what is beyond a
+// node's even split, by design (docs/accuracy.md). Those refusals are
+// logged, and must coincide with the breakers' timeouts; any other is the
+// protocol's.
+func (tl *tally) noneRefused(t *testing.T, nodes []*hybrid.Limiter, msgAndArgs ...any) {
+	t.Helper()
+	timeouts := uint64(0)
+	for _, l := range nodes {
+		timeouts += l.Stats().BreakerCounts.Timeouts
+	}
+	t.Logf("%d admitted, %d refused (%d of them under the fallback, breaker timeouts %d), longest wait %v",
+		tl.admitted, tl.refused, tl.degraded, timeouts, tl.longest)
+	assert.Zero(t, tl.refused-tl.degraded, msgAndArgs...)
+	if tl.degraded > 0 {
+		assert.Positive(t, timeouts, "refused under the fallback with no call timed out")
+	}
 }
 
 // burst sends n requests at once (one goroutine each) to l.
@@ -141,8 +167,7 @@ func TestUnevenSlowClient(t *testing.T) {
 	// quarter of it.
 	lim := hybrid.Per(10, time.Second)
 	tl := paced(t, nodes, func(int, time.Duration) int { return 0 }, "slow", []hybrid.Limit{lim}, 200*time.Millisecond, 4*time.Second)
-	t.Logf("%d admitted, %d refused, longest wait %v", tl.admitted, tl.refused, tl.longest)
-	assert.Zero(t, tl.refused)
+	tl.noneRefused(t, nodes)
 }
 
 func TestUnevenHopping(t *testing.T) {
@@ -152,8 +177,7 @@ func TestUnevenHopping(t *testing.T) {
 	// 90 a second, moving to the next node every 200 ms.
 	hop := func(_ int, since time.Duration) int { return int(since/(200*time.Millisecond)) % len(nodes) }
 	tl := paced(t, nodes, hop, "hop", []hybrid.Limit{lim}, time.Second/90, 3*time.Second)
-	t.Logf("%d admitted, %d refused, longest wait %v", tl.admitted, tl.refused, tl.longest)
-	assert.Zero(t, tl.refused)
+	tl.noneRefused(t, nodes)
 }
 
 func TestUnevenTwoLimits(t *testing.T) {
@@ -161,8 +185,7 @@ func TestUnevenTwoLimits(t *testing.T) {
 	nodes := unevenFleet(t, srv, 4, hybrid.Config{})
 	lims := []hybrid.Limit{hybrid.PerSecond(10), hybrid.PerMinute(120)}
 	tl := paced(t, nodes, func(int, time.Duration) int { return 0 }, "two", lims, time.Second/8, 3*time.Second)
-	t.Logf("%d admitted, %d refused, longest wait %v", tl.admitted, tl.refused, tl.longest)
-	assert.Zero(t, tl.refused, "8 a second fits both limits")
+	tl.noneRefused(t, nodes, "8 a second fits both limits")
 }
 
 func TestUnevenSteadyNearTheLimit(t *testing.T) {
@@ -172,8 +195,7 @@ func TestUnevenSteadyNearTheLimit(t *testing.T) {
 			nodes := unevenFleet(t, srv, n, hybrid.Config{})
 			lim := hybrid.PerSecond(100)
 			tl := paced(t, nodes, func(int, time.Duration) int { return 0 }, "steady", []hybrid.Limit{lim}, time.Second/95, 3*time.Second)
-			t.Logf("%d admitted, %d refused, longest wait %v", tl.admitted, tl.refused, tl.longest)
-			assert.Zero(t, tl.refused)
+			tl.noneRefused(t, nodes)
 		})
 	}
 }
