@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/hybrid"
+	"github.com/hybridlimit/hybridlimit/internal/faultproxy"
 	"github.com/hybridlimit/hybridlimit/internal/redistest"
 )
 
@@ -26,15 +27,41 @@ import (
 // that a quiet machine's Redis outlasts it too.
 func TestANodeWithThousandsOfGrantsGivesThemBackOnClose(t *testing.T) {
 	srv := redistest.Start(t)
+	leaving := grantsOnManyKeys(t, srv.Addr(), srv, 10*time.Millisecond)
+	closeWithGrants(t, leaving)
+}
+
+// The same through a Redis 15 ms away each way: a 30 ms round trip under
+// the default RedisTimeout of 50 ms. Found in review: the calls were sized
+// by their whole time, the round trip included, so every call shrank the
+// next, down to one op, and none grew it back: the node gave its grants
+// back one a round trip, and Close failed after its 10 s (here with 2,900
+// of 3,000 grants held; in review, with a 30 ms round trip under 100 ms,
+// 5,739 of 10,000). The round trip is now taken out of the ops' cost.
+func TestANodeAwayFromRedisGivesItsGrantsBackOnClose(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := faultproxy.Start(t, srv.Addr())
+	leaving := grantsOnManyKeys(t, proxy.Addr(), srv, 50*time.Millisecond)
+	proxy.Latency(t, 15*time.Millisecond)
+	time.Sleep(time.Second) // the node's calls in steady use, a round trip away
+	closeWithGrants(t, leaving)
+}
+
+// grantsOnManyKeys starts two nodes on srv, the first through addr with
+// RedisTimeout timeout, and has the first take a grant on each of 3,000
+// keys. It returns the first.
+func grantsOnManyKeys(t *testing.T, addr string, srv *redistest.Server, timeout time.Duration) *hybrid.Limiter {
+	t.Helper()
 	lim := hybrid.Per(10, time.Second).WithBurst(10) // 5 a node: the 6th request asks for a grant
-	start := func(i int) *hybrid.Limiter {
-		c := srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ReadTimeout = time.Second })
+	start := func(i int, addr string) *hybrid.Limiter {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: time.Second})
+		t.Cleanup(func() { _ = c.Close() })
 		l, err := hybrid.New(hybrid.Config{Redis: c, Prefix: "backlog:", Node: fmt.Sprint("n", i), FleetSize: 2,
-			SyncInterval: 20 * time.Millisecond, RedisTimeout: 10 * time.Millisecond, AskWait: time.Second})
+			SyncInterval: 20 * time.Millisecond, RedisTimeout: timeout, AskWait: time.Second})
 		require.NoError(t, err)
 		return l
 	}
-	leaving, staying := start(0), start(1)
+	leaving, staying := start(0, addr), start(1, srv.Addr())
 	t.Cleanup(func() { _ = staying.Close(context.Background()) })
 	const keys, workers = 3000, 32
 	var wg sync.WaitGroup
@@ -50,15 +77,20 @@ func TestANodeWithThousandsOfGrantsGivesThemBackOnClose(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	held := leaving.Stats().Reconcile.Leases
-	require.GreaterOrEqual(t, held, keys*9/10, "the node holds a grant on (nearly) every key before it closes")
+	require.GreaterOrEqual(t, leaving.Stats().Reconcile.Leases, keys*9/10, "the node holds a grant on (nearly) every key before it closes")
+	return leaving
+}
 
+// closeWithGrants closes l within 10 s: every grant given back.
+func closeWithGrants(t *testing.T, l *hybrid.Limiter) {
+	t.Helper()
+	held := l.Stats().Reconcile.Leases
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	began := time.Now()
-	err := leaving.Close(ctx)
-	st := leaving.Stats()
-	t.Logf("closing with %d grants took %v; breaker timeouts %d, ops answered %d", held, time.Since(began).Round(time.Millisecond),
-		st.BreakerCounts.Timeouts, st.Reconcile.KeysSent)
+	err := l.Close(ctx)
+	st := l.Stats()
+	t.Logf("closing with %d grants took %v; breaker timeouts %d, opened %d times, ops answered %d", held,
+		time.Since(began).Round(time.Millisecond), st.BreakerCounts.Timeouts, st.BreakerCounts.Changes/2, st.Reconcile.KeysSent)
 	assert.NoError(t, err, "every grant given back within Close's deadline")
 }

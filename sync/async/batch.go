@@ -2,7 +2,7 @@ package async
 
 import (
 	"errors"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/breaker"
@@ -10,53 +10,87 @@ import (
 )
 
 // batch sizes a node's calls to Redis so that each finishes well within
-// its timeout. A call's time grows with what it carries (a shares.lua op
-// costs Redis 10-90 µs, more on a loaded machine), and a call that
-// outlasts its timeout is abandoned, counted a failure, and sent again
+// its timeout. A call's time is a round trip plus what it carries (a
+// shares.lua op costs Redis 10-90 µs, more on a loaded machine), and a call
+// that outlasts its timeout is abandoned, counted a failure, and sent again
 // whole: a backlog larger than the timeout allows (a node that leaves with
 // thousands of grants, the ops owed after an outage) timed out for ever and
 // kept the breaker open. So the size follows what the calls took:
-//   - a call that timed out halves the next;
-//   - a call that answered sizes the next to take a quarter of the timeout
-//     at the pace it ran, at most twice as large as the last size, never
-//     above the most (Config.BatchSize); a call of less than half the size
-//     (fewer were ready) may grow it, not shrink it: its time is mostly the
-//     round trip.
+//   - a call of about the size (at least half of it) that timed out
+//     shrinks it to a quarter of what it carried: the breaker opens after
+//     three failures in a row, so the size must fit within two;
+//   - a call of about the size that answered but took more than three
+//     quarters of the timeout shrinks it to what would take half, at the
+//     pace its ops ran beyond the round trip;
+//   - a call of about the size that answered within half the timeout lets
+//     it grow, up to twice, to what would take half, never above the most
+//     (Config.BatchSize).
 //
-// Other failures (the breaker open, a connection refused) say nothing of
-// the size and leave it.
+// The round trip is not the ops' cost: it is what calls of a few ops take
+// (a moving average; any faster call lowers it), and a call whose time is
+// mostly the round trip never shrinks the size, so a distant Redis's calls
+// are not made smaller for it. A small call says little of a large one's
+// time, so it changes nothing else: a stall that times out a lone op leaves
+// the size, and a size that shrank grows back as the next backlog's calls
+// answer in time. Other failures (the breaker open, a connection refused)
+// say nothing of the size and leave it.
 type batch struct {
 	most int
-	size atomic.Int64
+
+	mu   sync.Mutex
+	size int
+	trip time.Duration // the round trip, as calls of a few ops take it
 }
 
-func newBatch(most int) *batch {
-	b := &batch{most: most}
-	b.size.Store(int64(most))
-	return b
-}
+// fewOps is the most ops a call may carry to measure the round trip.
+const fewOps = 4
+
+func newBatch(most int) *batch { return &batch{most: most, size: most} }
 
 // next returns how many a call may carry now.
-func (b *batch) next() int { return int(b.size.Load()) }
+func (b *batch) next() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.size
+}
 
 // done tells b how a call of n went: how long it took, its timeout, and its
 // error.
 func (b *batch) done(n int, took, timeout time.Duration, err error) {
-	size := b.size.Load()
-	switch {
-	case n <= 0:
+	if n <= 0 {
 		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	large := 2*n >= b.size
+	switch {
 	case errors.Is(err, breaker.ErrTimeout) || errors.Is(err, remote.ErrTimeout):
-		b.size.Store(max(min(size, int64(n))/2, 1))
+		if large {
+			b.size = max(n/4, 1)
+		}
+		return
 	case err != nil:
-	default:
-		target := int64(b.most)
-		if took > 0 {
-			target = int64(float64(n) * float64(timeout/4) / float64(took))
-		}
-		if target < size && 2*int64(n) < size {
-			return // a small call's time is mostly the round trip
-		}
-		b.size.Store(min(max(target, 1), 2*size, int64(b.most)))
+		return
+	}
+	switch {
+	case b.trip == 0 || took < b.trip:
+		b.trip = took
+	case n <= fewOps:
+		b.trip += (took - b.trip) / 4
+	}
+	if !large {
+		return
+	}
+	work := took - b.trip // what the ops took beyond the round trip
+	half := timeout/2 - b.trip
+	target := b.most
+	if work > 0 && half > 0 {
+		target = int(min(float64(n)*float64(half)/float64(work), float64(b.most)))
+	}
+	switch {
+	case took <= timeout/2:
+		b.size = min(max(b.size, min(2*b.size, target)), b.most)
+	case took > timeout*3/4 && half > 0 && 2*work > took:
+		b.size = max(min(b.size, target), 1)
 	}
 }
