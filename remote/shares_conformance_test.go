@@ -207,6 +207,43 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 	assert.Equal(t, 2, st.model.Branches.JoinedSpend, "a's first report joined, its second charged from its old record")
 }
 
+// A call abandoned at its timeout may still reach Redis after the node
+// resent its ops, had them answered and sent a key's next op. An earlier op
+// of the node's than the last one answered is such a copy: answered as the
+// last was, not applied again (found in review: a node that took a grant
+// and then left held it again when the grant's op came late, and the other
+// node could have only half the limit). A node whose store's clock stepped
+// back past its last op's seq numbers its ops below it: those are applied.
+func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.PerSecond(10)
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	op := func(at int64, node string, o share.Op) share.Reply {
+		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow = "k", lim, 2, -1, -1
+		st.Ops(at, node, set, []share.Op{o}, replies)
+		return replies[0]
+	}
+	first := share.Op{Held: share.One / 2, Keep: share.One / 2, Want: 1, AskedAt: now, Need: share.One, Seq: now, At: now}
+	took := op(now, "a", first)
+	require.Positive(t, took.Grant, "a takes a grant")
+	left := op(now+1_000, "a", share.Op{Epoch: took.Epoch, Held: took.Grant, Leave: true, Seq: now + 1_000, Applied: now, At: now + 1_000})
+	late := op(now+2_000, "a", first)
+	t.Logf("a's first op again, after it left: %+v", late)
+	assert.Zero(t, late.Grant, "an op earlier than the last one answered is not applied again: a holds nothing")
+	assert.Equal(t, left.Outcome, late.Outcome, "it is answered as the last one was")
+
+	// The store's clock steps back 2 s: a's new ops are numbered below its
+	// last one, which is ahead of the clock now: applied.
+	back := now - 2_000_000
+	fresh := op(back, "a", share.Op{Epoch: took.Epoch, Held: 0, Want: 1, AskedAt: back, Need: share.One / 2, Seq: back, At: back, Join: true})
+	t.Logf("a after the clock stepped back: %+v", fresh)
+	assert.NotEqual(t, share.Ended, fresh.Outcome)
+	assert.NotEqual(t, late, fresh, "applied, not answered as its last op was")
+}
+
 // newDirectCase is a dualStore on a fresh redis-server for a case built op
 // by op (an active window of 1 s), the settings its ops carry, and the
 // clock (µs) it starts at.

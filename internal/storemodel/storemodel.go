@@ -18,6 +18,13 @@ import (
 	"github.com/hybridlimit/hybridlimit/share"
 )
 
+// StaleSeqAhead is how far (µs) the last op's seq may be ahead of the
+// store's clock for an earlier op to be taken as a late copy (shares.lua's
+// STALE): a node's seq runs ahead of the store's clock by its offset's
+// error at most, far less than this; a clock that stepped back further
+// makes every earlier op new again.
+const StaleSeqAhead = 1_000_000
+
 // Model is the store: every contested key's hash, and the fleet's keys.
 type Model struct {
 	// ActiveWindow is how long a node stays in the fleet after its last
@@ -224,8 +231,15 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 
 	// The same op again (its answer was lost, or a retry crossed it):
 	// answered as it was, whatever contest it names. Applied again, an op
-	// that rebuilt a lost contest would count the node's grant twice.
-	if rec := recordOf(h, node); rec != nil && op.Seq != 0 && rec.Seq == op.Seq {
+	// that rebuilt a lost contest would count the node's grant twice. An
+	// earlier op than the last one answered is a copy that came late (a
+	// call abandoned at its timeout that Redis ran after the node's resend
+	// was answered and its next op sent: a node sends a key's next op only
+	// once the last is answered), and is answered as the last was, unless
+	// the last one's seq is ahead of the store's clock (the clock stepped
+	// back: a node restarted since may number its ops below it).
+	if rec := recordOf(h, node); rec != nil && op.Seq != 0 &&
+		(rec.Seq == op.Seq || op.Seq < rec.Seq && rec.Seq <= now+StaleSeqAhead) {
 		return result{h, replay(h, rec, reply)}
 	}
 

@@ -44,6 +44,7 @@ local ONE = 32768
 local DONE, WAIT, CALL, NOROOM, ENDED = 0, 1, 2, 3, 4
 local BUCKET, FIXED, SLIDING, METER = 0, 1, 2, 3
 local MAXFAILS, CALLWAIT = 5, 4
+local STALE = 1000000 -- storemodel.StaleSeqAhead
 local INF = math.huge
 local META = '<dddddddddddddddddddd'
 local OLDMETA = '<ddddddddddddddddd' -- an earlier release's contest: no sums
@@ -452,9 +453,13 @@ local function apply(k, p, op)
   local state = decay(p, op.state, op.at, now)
 
   -- The same op again (its answer was lost, or a retry crossed it):
-  -- answered as it was, whatever contest it names.
+  -- answered as it was, whatever contest it names. An earlier op than the
+  -- last one answered is a late copy (a call abandoned at its timeout that
+  -- ran after the resend was answered and the key's next op sent), answered
+  -- as the last was, unless that one's seq is ahead of the clock by more
+  -- than STALE (the clock stepped back).
   local old = h and h.recs[node]
-  if old and op.seq ~= 0 and old.seq == op.seq then
+  if old and op.seq ~= 0 and (old.seq == op.seq or op.seq < old.seq and old.seq <= now + STALE) then
     r.outcome, r.untl, r.epoch, r.grant, r.leaseEnd = old.outcome, old.untl, h.epoch, old.grant, old.leaseEnd
     r.growth, r.pool, r.served, r.servedAt = old.growth, old.gs, old.served, old.servedAt
     r.now = old.growthAt
