@@ -22,7 +22,7 @@ import (
 // reply counts.
 const (
 	shareArgsPerOp   = 28
-	shareValuesPerOp = 18
+	shareValuesPerOp = 19
 )
 
 // ShareOps applies ops (one per key) with settings set, in one round trip
@@ -149,6 +149,7 @@ func parseReply(vals []any) (share.Reply, error) {
 	r.LeaseEnd, r.Expiry, r.Until = v[9], v[10], v[11]
 	r.Lost, r.Over, r.Replace = v[12] == 1, v[13] == 1, v[14] == 1
 	r.Served, r.ServedAt, r.Now = v[15], v[16], v[17]
+	r.Exact = r.Outcome == share.NoRoom && v[18] == 1
 	return r, nil
 }
 

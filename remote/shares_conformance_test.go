@@ -244,6 +244,32 @@ func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
 	assert.NotEqual(t, late, fresh, "applied, not answered as its last op was")
 }
 
+// A pooled key with no room for the requests a node waits on: the store
+// says when the pool has room for the next one (not for all of them, which
+// a burst of 1 never holds: it said a cooldown then, and the node refused
+// the next request past its room), and that the instant is exact: nobody
+// else holds any of the key. Where a node holds a share, it is not.
+func TestShareScriptsConformOnNoRoomForTheNextRequest(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.Per(1, 100*time.Millisecond) // burst 1: one request a tenth of a second
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	serve := func(at int64, node string, want int64) share.Reply {
+		st.Ops(at, node, set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: want, AskedAt: at, Serve: true, Each: 1,
+			Seq: at, At: at, Full: -1, Shadow: -1}}, replies)
+		return replies[0]
+	}
+	first := serve(now, "a", 1)
+	require.Equal(t, int64(1), first.Served, "the pool serves the first request")
+	two := serve(now+10_000, "b", 2)
+	t.Logf("two requests waiting, 10 ms on: %+v", two)
+	assert.Equal(t, share.NoRoom, two.Outcome)
+	assert.Equal(t, now+100_000, two.Until, "room for the next request a tenth of a second after the first")
+	assert.True(t, two.Exact, "nobody holds any of the key: only the refill brings room")
+}
+
 // newDirectCase is a dualStore on a fresh redis-server for a case built op
 // by op (an active window of 1 s), the settings its ops carry, and the
 // clock (µs) it starts at.

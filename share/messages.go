@@ -133,6 +133,11 @@ type Reply struct {
 	Expiry int64
 	// Until is, for NoRoom, when the fleet may have room (µs).
 	Until int64
+	// Exact, for NoRoom: nobody else holds any of the key, so nothing
+	// brings room before Until but the pool's refill (or, for a node that
+	// holds it all, its own): the node refuses alone until then, without
+	// asking again. Otherwise a holder may give room back sooner.
+	Exact bool
 	// Served is the weight the store admitted itself, from the pool (an
 	// op with Serve): the node admits that much of its waiting requests,
 	// oldest first, without spending its own share. ServedAt is when the

@@ -520,7 +520,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
-			reply.Until = until(p, h.Pool, op.Want-reply.Served, pool, now, set) // the pool's own refill
+			reply.Until, reply.Exact = untilExact(p, h.Pool, nextWant(op, reply.Served), pool, now, set) // the pool's own refill
 		}
 	case op.Want > 0:
 		d := p.Grow(op.Want, keep, state, pool, now)
@@ -537,7 +537,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
-				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, reply.Exact = untilExact(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
 			}
 		}
 	}
@@ -563,7 +563,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool
 			if reply.Outcome == share.NoRoom {
 				// Its room comes from the whole limit's refill now.
-				reply.Until = until(p, keep+growth, op.Want-reply.Served, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, reply.Exact = untilExact(p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set)
 			}
 		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
@@ -723,10 +723,30 @@ func holders(h *Hash, node string) bool {
 // until is when share g in state x has room for w, at the earliest now,
 // and a cooldown from now when it never will.
 func until(p share.Params, g, w int64, x share.State, now int64, set share.Settings) int64 {
-	if t := p.When(g, w, x, now); t >= 0 {
-		return max(t, now)
+	t, _ := untilExact(p, g, w, x, now, set)
+	return t
+}
+
+// nextWant is what the next of the requests op waits for weighs, once
+// served of them were: the oldest's weight when they weigh the same
+// (op.Each, Serve ops only), else all of them. A refusal until room for all
+// of them (a burst of 1 never holds 2) would refuse the next one past its
+// room.
+func nextWant(op share.Op, served int64) int64 {
+	w := op.Want - served
+	if op.Serve && op.Each > 0 && w > op.Each {
+		return op.Each
 	}
-	return now + set.Cooldown
+	return w
+}
+
+// untilExact is until, and whether the share will ever have the room (else
+// the instant is a cooldown's, not the room's).
+func untilExact(p share.Params, g, w int64, x share.State, now int64, set share.Settings) (int64, bool) {
+	if t := p.When(g, w, x, now); t >= 0 {
+		return max(t, now), true
+	}
+	return now + set.Cooldown, false
 }
 
 // alone reports whether no node but node holds a grant of h.

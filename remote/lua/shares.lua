@@ -21,10 +21,11 @@
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
 --          applied).
--- Returns  now µs, then per key 18 values: 1, outcome, epoch, grant,
+-- Returns  now µs, then per key 19 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
---          replace, served, served at, now; or for a key that failed: 0,
---          the error, then 16 zeros.
+--          replace, served, served at, now, exact (no room until then, and
+--          nobody else holds any of the key); or for a key that failed: 0,
+--          the error, then 17 zeros.
 --
 -- An op reads and writes the contest and its own record (HMGET, HSET):
 -- every other record only when one may have lapsed (the earliest lapse has
@@ -324,13 +325,15 @@ local function goneHeld(h)
   return false
 end
 
+-- untilOf is when share g in state x has room for w (at the earliest
+-- now), and 1; or, when it never will, a cooldown's end, and 0.
 local function untilOf(p, g, w, x)
   local t = when(p, g, w, x, now)
   if t >= 0 then
-    if t < now then return now end
-    return t
+    if t < now then return now, 1 end
+    return t, 1
   end
-  return now + COOLDOWN
+  return now + COOLDOWN, 0
 end
 
 -- Every node but id holding a grant has reported since the last call.
@@ -440,11 +443,22 @@ local function chargeSpend(p, h, op)
   h.ps, h.poolAt = {x[1] + math.min(math.ceil(sh[1] * ONE / h.pool), 9007199254740992), x[2], x[3], x[4]}, now
 end
 
+-- nextWant is what the next of the requests op waits for weighs, once
+-- served of them were: the oldest's weight when they weigh the same
+-- (op.each, served ops only), else all of them. A refusal until room for
+-- all of them (a burst of 1 never holds 2) would refuse the next one past
+-- its room.
+local function nextWant(op, served)
+  local w = op.want - served
+  if op.serve and op.each > 0 and w > op.each then return op.each end
+  return w
+end
+
 -- One op.
 local function apply(k, p, op)
   local h = load(k)
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
-    leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now}
+    leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0}
   local held = op.held
   if held < 0 then held = 0 elseif held > ONE then held = ONE end
   local keep = op.keep
@@ -703,7 +717,7 @@ local function apply(k, p, op)
     if not served then
       r.outcome, r.untl = short(h, node)
       if r.outcome == NOROOM and not others(h, node) then
-        r.untl = untilOf(p, h.pool, op.want - r.served, pool)
+        r.untl, r.exact = untilOf(p, h.pool, nextWant(op, r.served), pool)
       end
     end
   elseif op.want > 0 then
@@ -746,7 +760,7 @@ local function apply(k, p, op)
       if not holds then
         r.outcome, r.untl = short(h, node)
         if r.outcome == NOROOM and not others(h, node) then
-          r.untl = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
+          r.untl, r.exact = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
         end
       end
     end
@@ -767,7 +781,7 @@ local function apply(k, p, op)
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
-        r.untl = untilOf(p, keep + growth, op.want - r.served, merge(p, keep, state, growth, pool))
+        r.untl, r.exact = untilOf(p, keep + growth, nextWant(op, r.served), merge(p, keep, state, growth, pool))
       end
     elseif r.outcome == DONE and not op.serve and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
@@ -836,12 +850,13 @@ for i = 1, #KEYS do
     out[#out + 1] = res.served
     out[#out + 1] = res.servedAt
     out[#out + 1] = res.now
+    out[#out + 1] = res.exact
   else
     local msg = res
     if type(res) == 'table' then msg = res.err end
     out[#out + 1] = 0
     out[#out + 1] = tostring(msg)
-    for _ = 1, 16 do out[#out + 1] = 0 end
+    for _ = 1, 17 do out[#out + 1] = 0 end
   end
 end
 return out

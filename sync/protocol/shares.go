@@ -1444,7 +1444,12 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		// costs the store one ask a node that often, not one a request).
 		back := share.Duration(s.cfg.Interval) * int64(min(1<<(ks.refused/16), 16))
 		until := r.Until
-		if ks.refused < 16 {
+		if r.Exact {
+			// Nobody else holds any of it: nothing brings room before
+			// Until but the refill. It refuses alone until then (asking
+			// sooner would only be told the same).
+			back = 0
+		} else if ks.refused < 16 {
 			// Not yet refused over and over: the room a call did not
 			// bring may come with a holder's next renewal, so it asks
 			// again within two intervals rather than at the store's quiet
