@@ -270,6 +270,30 @@ func TestShareScriptsConformOnNoRoomForTheNextRequest(t *testing.T) {
 	assert.True(t, two.Exact, "nobody holds any of the key: only the refill brings room")
 }
 
+// No room, nobody else holding any of the key, but shares held back that
+// join the pool later (here: a contest the store lost, rebuilt from the one
+// node that reported, the rest held back as unknown for a lease and a
+// recovery time): the instant is not exact, since a larger pool may have
+// the room sooner. (Suspected in a make test run beside a reviewer's tests:
+// after a Redis kill, 28 requests within 20% of the limit refused, most by
+// their node alone; not reproduced alone.)
+func TestShareScriptsConformOnNoRoomWhileSharesAreHeldBack(t *testing.T) {
+	st, set, now := newDirectCase(t)
+	lim := limit.PerSecond(10) // burst 10
+	for _, node := range []string{"a", "b"} {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	replies := make([]share.Reply, 1)
+	spent := share.State{Level: 10 * int64(time.Second/10)} // its half wholly spent
+	st.Ops(now, "a", set, []share.Op{{Key: "k", Limit: lim, Fleet: 2, Epoch: now - 5_000_000, Held: share.One / 2, Keep: share.One / 2,
+		State: spent, At: now, Want: 1, AskedAt: now, Need: share.One, Seq: now, Full: -1, Shadow: -1}}, replies)
+	got := replies[0]
+	t.Logf("a reports its grant of a contest the store lost, and asks: %+v", got)
+	require.True(t, got.Lost, "the contest is rebuilt")
+	require.Equal(t, share.NoRoom, got.Outcome)
+	assert.False(t, got.Exact, "what is held back as unknown joins the pool later: room may come sooner")
+}
+
 // newDirectCase is a dualStore on a fresh redis-server for a case built op
 // by op (an active window of 1 s), the settings its ops carry, and the
 // clock (µs) it starts at.

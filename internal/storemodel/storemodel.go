@@ -520,7 +520,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
-			reply.Until, reply.Exact = untilExact(p, h.Pool, nextWant(op, reply.Served), pool, now, set) // the pool's own refill
+			reply.Until, reply.Exact = untilIn(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set) // the pool's own refill
 		}
 	case op.Want > 0:
 		d := p.Grow(op.Want, keep, state, pool, now)
@@ -537,7 +537,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
-				reply.Until, reply.Exact = untilExact(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, reply.Exact = untilIn(h, p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
 			}
 		}
 	}
@@ -563,7 +563,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool
 			if reply.Outcome == share.NoRoom {
 				// Its room comes from the whole limit's refill now.
-				reply.Until, reply.Exact = untilExact(p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, reply.Exact = untilIn(h, p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set)
 			}
 		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
@@ -747,6 +747,14 @@ func untilExact(p share.Params, g, w int64, x share.State, now int64, set share.
 		return max(t, now), true
 	}
 	return now + set.Cooldown, false
+}
+
+// untilIn is untilExact for a share of h: not exact while h holds shares
+// back that will join the pool (unknown, reserved for joins), since a
+// larger pool may have the room sooner.
+func untilIn(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings) (int64, bool) {
+	t, exact := untilExact(p, g, w, x, now, set)
+	return t, exact && h.Unknown == 0 && h.Reserved == 0
 }
 
 // alone reports whether no node but node holds a grant of h.

@@ -325,13 +325,18 @@ local function goneHeld(h)
   return false
 end
 
--- untilOf is when share g in state x has room for w (at the earliest
--- now), and 1; or, when it never will, a cooldown's end, and 0.
-local function untilOf(p, g, w, x)
+-- untilOf is when share g of h in state x has room for w (at the
+-- earliest now), and 1 when that is exact; or, when it never will, a
+-- cooldown's end, and 0. Not exact while h holds shares back that will
+-- join the pool (unknown, reserved for joins): a larger pool may have the
+-- room sooner.
+local function untilOf(p, h, g, w, x)
   local t = when(p, g, w, x, now)
+  local exact = 1
+  if h.unknown > 0 or h.reserved > 0 then exact = 0 end
   if t >= 0 then
-    if t < now then return now, 1 end
-    return t, 1
+    if t < now then return now, exact end
+    return t, exact
   end
   return now + COOLDOWN, 0
 end
@@ -717,7 +722,7 @@ local function apply(k, p, op)
     if not served then
       r.outcome, r.untl = short(h, node)
       if r.outcome == NOROOM and not others(h, node) then
-        r.untl, r.exact = untilOf(p, h.pool, nextWant(op, r.served), pool)
+        r.untl, r.exact = untilOf(p, h, h.pool, nextWant(op, r.served), pool)
       end
     end
   elseif op.want > 0 then
@@ -760,7 +765,7 @@ local function apply(k, p, op)
       if not holds then
         r.outcome, r.untl = short(h, node)
         if r.outcome == NOROOM and not others(h, node) then
-          r.untl, r.exact = untilOf(p, keep + growth, op.want, merge(p, keep, state, growth, pool))
+          r.untl, r.exact = untilOf(p, h, keep + growth, op.want, merge(p, keep, state, growth, pool))
         end
       end
     end
@@ -781,7 +786,7 @@ local function apply(k, p, op)
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
-        r.untl, r.exact = untilOf(p, keep + growth, nextWant(op, r.served), merge(p, keep, state, growth, pool))
+        r.untl, r.exact = untilOf(p, h, keep + growth, nextWant(op, r.served), merge(p, keep, state, growth, pool))
       end
     elseif r.outcome == DONE and not op.serve and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
