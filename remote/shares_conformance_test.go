@@ -209,11 +209,12 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 
 // A call abandoned at its timeout may still reach Redis after the node
 // resent its ops, had them answered and sent a key's next op. An earlier op
-// of the node's than the last one answered is such a copy: answered as the
-// last was, not applied again (found in review: a node that took a grant
-// and then left held it again when the grant's op came late, and the other
-// node could have only half the limit). A node whose store's clock stepped
-// back past its last op's seq numbers its ops below it: those are applied.
+// of the node's than the last one answered is such a copy: answered Wait
+// with nothing granted or served, not applied again (found in review: a
+// node that took a grant and then left held it again when the grant's op
+// came late, and the other node could have only half the limit). A node
+// whose store's clock stepped back more than a second past its last op's
+// seq numbers its ops below it: those are applied.
 func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
 	st, set, now := newDirectCase(t)
 	lim := limit.PerSecond(10)
@@ -233,7 +234,9 @@ func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
 	late := op(now+2_000, "a", first)
 	t.Logf("a's first op again, after it left: %+v", late)
 	assert.Zero(t, late.Grant, "an op earlier than the last one answered is not applied again: a holds nothing")
-	assert.Equal(t, left.Outcome, late.Outcome, "it is answered as the last one was")
+	assert.Equal(t, share.Wait, late.Outcome, "it is answered Wait, nothing granted or served")
+	assert.Zero(t, late.Served)
+	assert.Equal(t, share.Done, left.Outcome)
 
 	// The store's clock steps back 2 s: a's new ops are numbered below its
 	// last one, which is ahead of the clock now: applied.

@@ -231,16 +231,23 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 
 	// The same op again (its answer was lost, or a retry crossed it):
 	// answered as it was, whatever contest it names. Applied again, an op
-	// that rebuilt a lost contest would count the node's grant twice. An
-	// earlier op than the last one answered is a copy that came late (a
+	// that rebuilt a lost contest would count the node's grant twice.
+	if rec := recordOf(h, node); rec != nil && op.Seq != 0 && rec.Seq == op.Seq {
+		return result{h, replay(h, rec, reply)}
+	}
+	// An earlier op than the last one answered is a copy that came late (a
 	// call abandoned at its timeout that Redis ran after the node's resend
 	// was answered and its next op sent: a node sends a key's next op only
-	// once the last is answered), and is answered as the last was, unless
-	// the last one's seq is ahead of the store's clock (the clock stepped
-	// back: a node restarted since may number its ops below it).
-	if rec := recordOf(h, node); rec != nil && op.Seq != 0 &&
-		(rec.Seq == op.Seq || op.Seq < rec.Seq && rec.Seq <= now+StaleSeqAhead) {
-		return result{h, replay(h, rec, reply)}
+	// once the last is answered), or, should the store's clock have stepped
+	// back, a new process under the node's name. Applied as nothing and
+	// answered Wait, nothing granted or served: nobody reads a late copy's
+	// answer, and a new process asks again with a later seq. (Answered as
+	// the last op was, a new process admitted on the old one's Served.)
+	// Unless the last op's seq is ahead of the store's clock by more than
+	// StaleSeqAhead.
+	if rec := recordOf(h, node); rec != nil && op.Seq != 0 && op.Seq < rec.Seq && rec.Seq <= now+StaleSeqAhead {
+		reply.Outcome, reply.Epoch, reply.Expiry = share.Wait, h.Epoch, h.Expiry
+		return result{h, reply}
 	}
 
 	// 1. Which contest.
@@ -537,7 +544,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
-				reply.Until, reply.Exact = untilIn(h, p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
 			}
 		}
 	}
@@ -751,10 +758,11 @@ func untilExact(p share.Params, g, w int64, x share.State, now int64, set share.
 
 // untilIn is untilExact for a share of h: not exact while h holds shares
 // back that will join the pool (unknown, reserved for joins), since a
-// larger pool may have the room sooner.
+// larger pool may have the room sooner; nor for more than one request's
+// weight, since a lighter request may fit sooner.
 func untilIn(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings) (int64, bool) {
 	t, exact := untilExact(p, g, w, x, now, set)
-	return t, exact && h.Unknown == 0 && h.Reserved == 0
+	return t, exact && h.Unknown == 0 && h.Reserved == 0 && w == 1
 }
 
 // alone reports whether no node but node holds a grant of h.

@@ -329,11 +329,12 @@ end
 -- earliest now), and 1 when that is exact; or, when it never will, a
 -- cooldown's end, and 0. Not exact while h holds shares back that will
 -- join the pool (unknown, reserved for joins): a larger pool may have the
--- room sooner.
+-- room sooner; nor for more than one request's weight, since a lighter
+-- request may fit sooner.
 local function untilOf(p, h, g, w, x)
   local t = when(p, g, w, x, now)
   local exact = 1
-  if h.unknown > 0 or h.reserved > 0 then exact = 0 end
+  if h.unknown > 0 or h.reserved > 0 or w ~= 1 then exact = 0 end
   if t >= 0 then
     if t < now then return now, exact end
     return t, exact
@@ -472,17 +473,25 @@ local function apply(k, p, op)
   local state = decay(p, op.state, op.at, now)
 
   -- The same op again (its answer was lost, or a retry crossed it):
-  -- answered as it was, whatever contest it names. An earlier op than the
-  -- last one answered is a late copy (a call abandoned at its timeout that
-  -- ran after the resend was answered and the key's next op sent), answered
-  -- as the last was, unless that one's seq is ahead of the clock by more
-  -- than STALE (the clock stepped back).
+  -- answered as it was, whatever contest it names.
   local old = h and h.recs[node]
-  if old and op.seq ~= 0 and (old.seq == op.seq or op.seq < old.seq and old.seq <= now + STALE) then
+  if old and op.seq ~= 0 and old.seq == op.seq then
     r.outcome, r.untl, r.epoch, r.grant, r.leaseEnd = old.outcome, old.untl, h.epoch, old.grant, old.leaseEnd
     r.growth, r.pool, r.served, r.servedAt = old.growth, old.gs, old.served, old.servedAt
     r.now = old.growthAt
     r.expiry = h.expiry
+    return r
+  end
+  -- An earlier op than the last one answered: a late copy (a call abandoned
+  -- at its timeout that ran after the resend was answered and the key's
+  -- next op sent), or, should the clock have stepped back, a new process
+  -- under this node's name. Applied as nothing, answered Wait with nothing
+  -- granted or served: a late copy's answer is read by nobody, and a new
+  -- process asks again with a later seq. (Not as the last op was answered:
+  -- a new process would admit on the old one's Served.) Unless the last
+  -- op's seq is ahead of the clock by more than STALE.
+  if old and op.seq ~= 0 and op.seq < old.seq and old.seq <= now + STALE then
+    r.outcome, r.epoch, r.expiry = WAIT, h.epoch, h.expiry
     return r
   end
 
@@ -765,7 +774,7 @@ local function apply(k, p, op)
       if not holds then
         r.outcome, r.untl = short(h, node)
         if r.outcome == NOROOM and not others(h, node) then
-          r.untl, r.exact = untilOf(p, h, keep + growth, op.want, merge(p, keep, state, growth, pool))
+          r.untl = untilOf(p, h, keep + growth, op.want, merge(p, keep, state, growth, pool))
         end
       end
     end

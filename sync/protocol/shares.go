@@ -1444,10 +1444,12 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		// costs the store one ask a node that often, not one a request).
 		back := share.Duration(s.cfg.Interval) * int64(min(1<<(ks.refused/16), 16))
 		until := r.Until
-		if r.Exact {
+		if r.Exact && s.resets[ks.kl] < op.At {
 			// Nobody else holds any of it: nothing brings room before
 			// Until but the refill. It refuses alone until then (asking
-			// sooner would only be told the same).
+			// sooner would only be told the same). Unless the key was
+			// reset since the op was made: the answer may be of the state
+			// before.
 			back = 0
 		} else if ks.refused < 16 {
 			// Not yet refused over and over: the room a call did not

@@ -1,0 +1,44 @@
+package protocol_test
+
+// A reply computed before a reset of the key, applied after the node
+// forgave the key (Reset, or a reset heard), set deniedUntil to an exact
+// Until of the state the reset discarded: the node refused alone until then
+// on a key that is full again (found in review). An exact NoRoom to an op
+// made before the key's last reset is now taken as not exact.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
+)
+
+func TestAnExactNoRoomFromBeforeAResetDoesNotOutliveIt(t *testing.T) {
+	for _, exact := range []bool{false, true} {
+		t.Run(map[bool]string{false: "not exact", true: "exact"}[exact], func(t *testing.T) {
+			key, lim := "k", limit.Per(10, time.Minute) // one request every 6 s: a pooled key over 2 nodes
+			s, _, now := newShortShares(t, 2, key, lim)
+			_, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+			require.False(t, refuse)
+			ops := s.NextOps(now, 0)
+			require.Len(t, ops, 1)
+			// The store applied the op (no room for 6 s, nobody else
+			// holds any), then the key was reset; the node learns of the
+			// reset before the op's answer comes back.
+			at := now + int64(time.Millisecond)
+			s.Reset(at, key, lim, at)
+			until := share.Micros(now) + 6_000_000
+			s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: share.Micros(now), Expiry: share.Micros(now) + 3_600_000_000,
+				Until: until, Exact: exact, Now: share.Micros(now)}}, nil, false, at)
+			// A second on, the key is full (reset), and a request comes.
+			later := at + int64(time.Second)
+			s.Tick(later)
+			_, refuse, _ = s.Short(later, later, key, lim, 1, later+int64(time.Second), nil)
+			assert.False(t, refuse, "refused alone a second after the key was reset, on the state before it")
+		})
+	}
+}
