@@ -110,9 +110,13 @@ type Engine struct {
 	validUntil atomic.Int64
 
 	degraded   atomic.Bool
-	fleetFixed atomic.Int32  // a configured fleet size; 0 if none
-	fleetSeen  atomic.Int32  // the number of nodes last seen active
-	newKey     atomic.Uint32 // the Share a new key starts with
+	fleetFixed atomic.Int32 // a configured fleet size; 0 if none
+	fleetSeen  atomic.Int32 // the number of nodes last seen active
+	// degradedFleet is the least fleet degraded mode divides by, heard
+	// while degraded (SetDegradedFleet); 0 if none, and cleared when
+	// degraded mode ends.
+	degradedFleet atomic.Int32
+	newKey        atomic.Uint32 // the Share a new key starts with
 }
 
 // maxNodes bounds a fleet size the engine divides by.
@@ -698,7 +702,26 @@ func (e *Engine) SetFleet(fixed, seen int) {
 // active), whatever share Redis had granted it; a node's share of a key is
 // never larger than that share while Redis cannot arbitrate. Turning it off
 // leaves each key in that share until the reconciler seeds it again.
-func (e *Engine) SetDegraded(on bool) { e.degraded.Store(on) }
+func (e *Engine) SetDegraded(on bool) {
+	e.degraded.Store(on)
+	if !on {
+		e.degradedFleet.Store(0)
+	}
+}
+
+// SetDegradedFleet makes degraded mode divide by at least n nodes until it
+// ends: a node that hears, while it cannot reach Redis, another node join a
+// fleet that may no longer count it (Redis restarted empty) divides by the
+// fleet the joiner saw and itself. It never lowers what was set.
+func (e *Engine) SetDegradedFleet(n int) {
+	n = min(max(n, 0), maxNodes)
+	for {
+		cur := e.degradedFleet.Load()
+		if int32(n) <= cur || e.degradedFleet.CompareAndSwap(cur, int32(n)) {
+			return
+		}
+	}
+}
 
 // Degraded reports whether degraded mode is on.
 func (e *Engine) Degraded() bool { return e.degraded.Load() }
@@ -713,7 +736,9 @@ func (e *Engine) Fleet() int {
 }
 
 // degradedShare is the share every key is decided in while degraded.
-func (e *Engine) degradedShare() Share { return ShareAmong(e.Fleet()) }
+func (e *Engine) degradedShare() Share {
+	return ShareAmong(max(e.Fleet(), int(e.degradedFleet.Load())))
+}
 
 // DefaultShare is the share a key starts in: one over the fleet with spend
 // tracking on, the whole limit without.

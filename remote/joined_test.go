@@ -28,13 +28,14 @@ func TestAJoinIsPublished(t *testing.T) {
 	}
 	ctx := context.Background()
 	type join struct {
-		nodes int
-		at    int64
+		nodes  int
+		at     int64
+		member string
 	}
 	joins := make(chan join, 16)
 	calls := make(chan share.Contest, 16)
 	stop := stores[0].SubscribeCalls(ctx, CallListener{Heard: func(c share.Contest) { calls <- c },
-		Joined: func(nodes int, at int64) { joins <- join{nodes, at} }})
+		Joined: func(nodes int, at int64, member string) { joins <- join{nodes, at, member} }})
 	defer stop()
 	time.Sleep(50 * time.Millisecond) // the subscription reaches Redis
 
@@ -58,6 +59,7 @@ func TestAJoinIsPublished(t *testing.T) {
 		if assert.True(t, ok, "node %d's join heard", i) {
 			assert.Equal(t, i+1, j.nodes, "the fleet's size as node %d joined", i)
 			assert.Equal(t, r.Now, j.at, "the store's time of the join")
+			assert.Equal(t, s.Node(), j.member, "the node that joined")
 		}
 	}
 	// Beats of nodes already in the fleet, and a call: no join.
@@ -99,4 +101,31 @@ func TestASubscriptionMadeAgainIsTold(t *testing.T) {
 	admin := srv.Client(t)
 	require.NoError(t, admin.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err())
 	wait("after its connection was killed")
+}
+
+// A published join names the node that joined; an earlier release's names
+// none, and is still read.
+func TestParseJoined(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		nodes   int
+		at      int64
+		member  string
+		ok      bool
+	}{
+		{"3\n1800000000000000\nnode-a", 3, 1800000000000000, "node-a", true},
+		{"3\n1800000000000000\nnode\nwith\nlines", 3, 1800000000000000, "node\nwith\nlines", true},
+		{"2\n1800000000000000", 2, 1800000000000000, "", true},
+		{"0\n1800000000000000\na", 0, 0, "", false},
+		{"x\n1\na", 0, 0, "", false},
+		{"3", 0, 0, "", false},
+	} {
+		nodes, at, member, ok := parseJoined(tc.payload)
+		assert.Equal(t, tc.ok, ok, "%q", tc.payload)
+		if tc.ok {
+			assert.Equal(t, tc.nodes, nodes, "%q", tc.payload)
+			assert.Equal(t, tc.at, at, "%q", tc.payload)
+			assert.Equal(t, tc.member, member, "%q", tc.payload)
+		}
+	}
 }

@@ -246,8 +246,9 @@ type CallListener struct {
 	// Heard is told each call (and reset) published.
 	Heard func(share.Contest)
 	// Joined is told each node that joins the fleet: the fleet's size
-	// then, and the store's time (µs).
-	Joined func(nodes int, at int64)
+	// then, the store's time (µs), and the node ("" from an earlier
+	// release).
+	Joined func(nodes int, at int64, member string)
 	// Subscribed is told each time the subscription is confirmed: at
 	// first, and again after go-redis has made a dropped connection again
 	// (what was published meanwhile is lost: read it from the registry).
@@ -276,8 +277,8 @@ func (s *Store) SubscribeCalls(ctx context.Context, l CallListener) (stop func()
 					if l.Heard != nil {
 						l.Heard(c)
 					}
-				} else if nodes, at, ok := parseJoined(m.Payload); ok && l.Joined != nil {
-					l.Joined(nodes, at)
+				} else if nodes, at, member, ok := parseJoined(m.Payload); ok && l.Joined != nil {
+					l.Joined(nodes, at, member)
 				}
 			}
 		}
@@ -310,22 +311,26 @@ func parseCall(payload string) (share.Contest, bool) {
 	return share.Contest{Key: key, Limit: lim, Epoch: t[0], CallAt: t[1], Expiry: t[2], Reset: t[3]}, true
 }
 
-// parseJoined reads a published join: the fleet's size and the store's
-// time (µs), a line each.
-func parseJoined(payload string) (nodes int, at int64, ok bool) {
-	n, t, found := strings.Cut(payload, "\n")
-	if !found {
-		return 0, 0, false
+// parseJoined reads a published join: the fleet's size, the store's time
+// (µs) and the node that joined, a line each (an earlier release sends no
+// node: member "").
+func parseJoined(payload string) (nodes int, at int64, member string, ok bool) {
+	parts := strings.SplitN(payload, "\n", 3)
+	if len(parts) < 2 {
+		return 0, 0, "", false
 	}
-	nodes, err := strconv.Atoi(n)
+	nodes, err := strconv.Atoi(parts[0])
 	if err != nil || nodes <= 0 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
-	at, err = strconv.ParseInt(t, 10, 64)
+	at, err = strconv.ParseInt(parts[1], 10, 64)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
-	return nodes, at, true
+	if len(parts) == 3 {
+		member = parts[2]
+	}
+	return nodes, at, member, true
 }
 
 // registryKeyNames are the registry's keys under prefix, in one Cluster

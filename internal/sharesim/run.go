@@ -275,7 +275,7 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 // publishJoin delivers a node's join (the fleet had nodes at at, µs) as
 // publish delivers a call.
 func (s *sim) publishJoin(from *node, nodes int, at int64) {
-	s.broadcast(from, func(nd *node) { nd.sh.Joined(nodes, at) })
+	s.broadcast(from, func(nd *node) { nd.sh.Joined(nodes, at, from.id) })
 }
 
 // broadcast delivers a message from a node to every other node up, a hop

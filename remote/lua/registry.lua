@@ -160,10 +160,11 @@ if #dead > 0 then
 end
 
 local nodes = redis.call('ZCARD', KEYS[1])
--- A node joining is published too ("nodes\nnow"): every node divides by the
--- larger fleet at once, a quiet one (which beats seldom) included.
+-- A node joining is published too ("nodes\nnow\nnode"): every node divides
+-- by the larger fleet at once, a quiet one (which beats seldom) included,
+-- and one that cannot reach Redis while it hears knows who joined.
 if new == 1 and channel ~= '' then
-  redis.call('PUBLISH', channel, string.format('%d\n%d', nodes, now))
+  redis.call('PUBLISH', channel, string.format('%d\n%d\n%s', nodes, now, node))
 end
 -- (ARGV[4] as sent: Lua would write a number of 16 digits in 14.)
 -- Every change's stamp is at most the last handed out: a node that has read

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/share"
@@ -241,16 +243,65 @@ func TestAJoinHeardDividesAtOnce(t *testing.T) {
 	if got := eng.Fleet(); got != 2 {
 		t.Fatalf("fleet %d after the beat, want 2", got)
 	}
-	s.Joined(3, share.Micros(now)+1000)
+	s.Joined(3, share.Micros(now)+1000, "other")
 	if got := eng.Fleet(); got != 3 {
 		t.Errorf("fleet %d after a join was heard, want 3", got)
 	}
-	s.Joined(2, share.Micros(now)+2000)
+	s.Joined(2, share.Micros(now)+2000, "other")
 	if got := eng.Fleet(); got != 3 {
 		t.Errorf("fleet %d after a smaller fleet was heard within the active window, want 3", got)
 	}
-	s.Joined(2, share.Micros(now)+5_000_000)
+	s.Joined(2, share.Micros(now)+5_000_000, "other")
 	if got := eng.Fleet(); got != 3 {
 		t.Errorf("fleet %d after a smaller fleet was heard past the active window, want 3 (only a heartbeat shrinks it)", got)
+	}
+}
+
+// A node that cannot reach Redis hears another node join, with the fleet's
+// size as Redis counts it: Redis may have lost this node's entry
+// (restarted empty: its heartbeats fail), so the joiner divides by a count
+// that leaves it out. While degraded the node divides by one more; once it
+// reaches Redis again, by what its heartbeats read. (The simulation's seed
+// 202578: a node alone through a Redis kill, still degraded a second after
+// Redis came back empty, and a node joining then: each decided in the whole
+// limit, 77 admitted in a second where the bound is 71.6.)
+func TestADegradedNodeThatHearsAJoinDividesByOneMore(t *testing.T) {
+	lim := limit.Per(10, time.Second) // burst 10
+	for _, tc := range []struct {
+		name      string
+		degraded  bool
+		member    string
+		admitted  int // of a burst of 20 on a fresh key
+		afterward int // of a burst on another fresh key, once Redis is reached again
+	}{
+		{"degraded, another node joins", true, "b", 5, 10},
+		{"degraded, its own join heard", true, "a", 10, 10},
+		{"degraded, a join from an earlier release (no node)", true, "", 10, 10},
+		{"reaching Redis, another node joins", false, "b", 10, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newEngine(t)
+			s := protocol.New(protocol.Config{Node: "a", Interval: testInterval}, eng)
+			now := time.Unix(1_800_000_000, 0).UnixNano()
+			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 1}, nil, now)
+			eng.SetDegraded(tc.degraded)
+			s.Joined(1, share.Micros(now)+1000, tc.member) // Redis counts the joiner alone
+			burst := func(key string) int {
+				n := 0
+				for range 20 {
+					if r, err := eng.AllowN(now, key, lim, 1); err == nil && r.Allowed {
+						n++
+					}
+				}
+				return n
+			}
+			if tc.degraded {
+				assert.Equal(t, tc.admitted, burst("fresh"), "admitted while degraded")
+				eng.SetDegraded(false)
+				eng.SetDegraded(true) // degraded again later: the join heard before is forgotten
+				assert.Equal(t, tc.afterward, burst("later"), "admitted when degraded again, after Redis was reached")
+			}
+			assert.Equal(t, 1, eng.Fleet(), "the fleet as the heartbeats read it")
+		})
 	}
 }

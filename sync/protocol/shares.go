@@ -804,12 +804,21 @@ func (s *Shares) Heard(c share.Contest, now int64) {
 // notice only ever grows the fleet: after Redis restarted empty the nodes
 // join again one by one, and a node whose breaker is still open (it
 // decides in one over the fleet, and its heartbeats wait) must not take
-// their count so far for the fleet.
-func (s *Shares) Joined(nodes int, at int64) {
+// their count so far for the fleet. member is the node that joined ("" from
+// an earlier release): a degraded node hearing another's join divides by
+// one more while degraded (local.Engine.SetDegradedFleet).
+func (s *Shares) Joined(nodes int, at int64, member string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if nodes > s.fleet.size() {
 		s.setFleet(s.fleet.observe(at, nodes))
+	}
+	if member != "" && member != s.cfg.Node && s.eng.Degraded() {
+		// Heard while this node cannot reach Redis: its heartbeats fail,
+		// and Redis may have lost its entry (restarted empty), so the
+		// joiner's count may leave it out, and the joiner decides in one
+		// over that count. While degraded this node divides by one more.
+		s.eng.SetDegradedFleet(nodes + 1)
 	}
 }
 
