@@ -19,12 +19,13 @@ import (
 //   - a call of about the size (at least half of it) that timed out
 //     shrinks it to a quarter of what it carried: the breaker opens after
 //     three failures in a row, so the size must fit within two;
-//   - a call of about the size that answered but took more than three
-//     quarters of the timeout shrinks it to what would take half, at the
-//     pace its ops ran beyond the round trip;
-//   - a call of about the size that answered within half the timeout lets
-//     it grow, up to twice, to what would take half, never above the most
-//     (Config.BatchSize).
+//   - the ops of a call may take half of what the round trip leaves of the
+//     timeout (the budget): a call of about the size that answered but
+//     took the round trip and more than one and a half budgets shrinks it
+//     to what would take one budget, at the pace its ops ran;
+//   - a call of about the size that answered within the round trip and one
+//     budget lets it grow, up to twice, to what would take one budget,
+//     never above the most (Config.BatchSize).
 //
 // The round trip is not the ops' cost: it is what calls of a few ops take
 // (a moving average; any faster call lowers it), and a call whose time is
@@ -81,16 +82,19 @@ func (b *batch) done(n int, took, timeout time.Duration, err error) {
 	if !large {
 		return
 	}
-	work := took - b.trip // what the ops took beyond the round trip
-	half := timeout/2 - b.trip
+	work := took - b.trip            // what the ops took beyond the round trip
+	budget := (timeout - b.trip) / 2 // what they may take: half of what the round trip leaves
+	if budget <= 0 {
+		return // the round trip alone outlasts the timeout: no size helps
+	}
 	target := b.most
-	if work > 0 && half > 0 {
-		target = int(min(float64(n)*float64(half)/float64(work), float64(b.most)))
+	if work > 0 {
+		target = int(min(float64(n)*float64(budget)/float64(work), float64(b.most)))
 	}
 	switch {
-	case took <= timeout/2:
+	case took <= b.trip+budget:
 		b.size = min(max(b.size, min(2*b.size, target)), b.most)
-	case took > timeout*3/4 && half > 0 && 2*work > took:
+	case took > b.trip+budget*3/2 && 2*work > took:
 		b.size = max(min(b.size, target), 1)
 	}
 }

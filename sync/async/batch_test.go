@@ -3,6 +3,7 @@ package async
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -32,8 +33,8 @@ func TestBatchFollowsWhatCallsTook(t *testing.T) {
 		{"timeouts in a row shrink it to one", 2000, []call{timedOut(2000), timedOut(500), timedOut(125), timedOut(31),
 			timedOut(7), timedOut(1), timedOut(1)}, 1},
 		{"a small call that timed out leaves it", 2000, []call{timedOut(10)}, 2000},
-		{"a slow answer sizes the next to take half the timeout", 2000,
-			[]call{{1, time.Millisecond, nil}, {2000, 41 * time.Millisecond, nil}}, 950},
+		{"a slow answer sizes the next to take half of what the round trip leaves", 2000,
+			[]call{{1, time.Millisecond, nil}, {2000, 41 * time.Millisecond, nil}}, 975},
 		{"an answer within half the timeout does not shrink it", 2000, []call{{1, time.Millisecond, nil}, {2000, 19 * time.Millisecond, nil}}, 2000},
 		{"a fast answer grows it, at most twice", 2000, []call{timedOut(2000), {1, time.Millisecond, nil}, {500, 2 * time.Millisecond, nil}}, 1000},
 		{"growth stops at the most", 100, []call{{100, time.Microsecond, nil}}, 100},
@@ -130,4 +131,34 @@ func TestBatchFollowsARoundTripThatGrew(t *testing.T) {
 	}
 	t.Logf("sizes: %v", sizes)
 	assert.GreaterOrEqual(t, b.next(), 100, "a call of 100 ops takes 31.5 ms: well within the timeout")
+}
+
+// A Redis 30 ms away whose round trip jitters by up to 25 ms (a proxy on a
+// loaded machine), under a 50 ms timeout: some calls time out whatever they
+// carry. The size must not shrink to one op and stay there. (Found under
+// make test-under-load: the second cut shrank on every timeout and grew
+// only on an answer within half the timeout, which the round trip alone
+// passes: a node gave back 900 of 3,000 grants in 10 s.)
+func TestBatchLivesWithAJitteryRoundTrip(t *testing.T) {
+	const timeout, trip, per = 50 * time.Millisecond, 30 * time.Millisecond, 15 * time.Microsecond
+	r := rand.New(rand.NewPCG(1, 2))
+	b := newBatch(2000)
+	sent, timedOut := 0, 0
+	for i := range 400 {
+		n := b.next()
+		if i%3 == 0 {
+			n = 1
+		}
+		took := trip + time.Duration(r.Int64N(int64(25*time.Millisecond))) + time.Duration(n)*per
+		var err error
+		if took > timeout {
+			took, err = timeout, breaker.ErrTimeout
+			timedOut++
+		} else if i >= 200 && i%3 != 0 {
+			sent += n
+		}
+		b.done(n, took, timeout, err)
+	}
+	t.Logf("size %d at the end; %d calls timed out; %d ops answered in the last 200 calls' large ones", b.next(), timedOut, sent)
+	assert.GreaterOrEqual(t, sent, 2000, "the large calls of the last 200 carried a backlog of 3,000 in a few seconds")
 }
