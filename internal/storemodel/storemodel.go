@@ -527,7 +527,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
-			reply.Until, reply.Exact = untilIn(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set) // the pool's own refill
+			reply.Until, reply.Exact = untilIn(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set, op.Pooled) // the pool's own refill
 		}
 	case op.Want > 0:
 		d := p.Grow(op.Want, keep, state, pool, now)
@@ -570,7 +570,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool
 			if reply.Outcome == share.NoRoom {
 				// Its room comes from the whole limit's refill now.
-				reply.Until, reply.Exact = untilIn(h, p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, reply.Exact = untilIn(h, p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set, op.Pooled)
 			}
 		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
@@ -759,10 +759,11 @@ func untilExact(p share.Params, g, w int64, x share.State, now int64, set share.
 // untilIn is untilExact for a share of h: not exact while h holds shares
 // back that will join the pool (unknown, reserved for joins), since a
 // larger pool may have the room sooner; nor for more than one request's
-// weight, since a lighter request may fit sooner.
-func untilIn(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings) (int64, bool) {
+// weight, since a lighter request may fit sooner; nor for a key with an even
+// split (not pooled), whose room nodes may hold in their splits.
+func untilIn(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings, pooled bool) (int64, bool) {
 	t, exact := untilExact(p, g, w, x, now, set)
-	return t, exact && h.Unknown == 0 && h.Reserved == 0 && w == 1
+	return t, exact && h.Unknown == 0 && h.Reserved == 0 && w == 1 && pooled
 }
 
 // alone reports whether no node but node holds a grant of h.

@@ -330,11 +330,12 @@ end
 -- cooldown's end, and 0. Not exact while h holds shares back that will
 -- join the pool (unknown, reserved for joins): a larger pool may have the
 -- room sooner; nor for more than one request's weight, since a lighter
--- request may fit sooner.
-local function untilOf(p, h, g, w, x)
+-- request may fit sooner; nor for a key with an even split (pooled false),
+-- whose room nodes may hold in their splits.
+local function untilOf(p, h, g, w, x, pooled)
   local t = when(p, g, w, x, now)
   local exact = 1
-  if h.unknown > 0 or h.reserved > 0 or w ~= 1 then exact = 0 end
+  if h.unknown > 0 or h.reserved > 0 or w ~= 1 or not pooled then exact = 0 end
   if t >= 0 then
     if t < now then return now, exact end
     return t, exact
@@ -731,7 +732,7 @@ local function apply(k, p, op)
     if not served then
       r.outcome, r.untl = short(h, node)
       if r.outcome == NOROOM and not others(h, node) then
-        r.untl, r.exact = untilOf(p, h, h.pool, nextWant(op, r.served), pool)
+        r.untl, r.exact = untilOf(p, h, h.pool, nextWant(op, r.served), pool, op.pooled)
       end
     end
   elseif op.want > 0 then
@@ -795,7 +796,7 @@ local function apply(k, p, op)
       growth = h.pool
       if r.outcome == NOROOM then
         -- Its room comes from the whole limit's refill now.
-        r.untl, r.exact = untilOf(p, h, keep + growth, nextWant(op, r.served), merge(p, keep, state, growth, pool))
+        r.untl, r.exact = untilOf(p, h, keep + growth, nextWant(op, r.served), merge(p, keep, state, growth, pool), op.pooled)
       end
     elseif r.outcome == DONE and not op.serve and op.need > keep + growth then
       growth = growth + math.min(op.need - keep - growth, h.pool - growth)
