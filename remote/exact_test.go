@@ -76,11 +76,8 @@ func TestNoRoomOnTheGrowPathIsNotExact(t *testing.T) {
 // all of them, and Exact is set; the node refuses every request alone until
 // then, the oldest (which the pool has room for now) included.
 func TestNoRoomForRequestsOfDifferentWeightsIsNotExact(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.PerSecond(10)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	serve := func(at int64, node string, want, each int64) share.Reply {
 		st.Ops(at, node, set, []share.Op{{Key: "k", Limit: lim, Fleet: 2, Pooled: true, Want: want, AskedAt: at, Serve: true, Each: each,
@@ -111,11 +108,8 @@ func TestNoRoomForRequestsOfDifferentWeightsIsNotExact(t *testing.T) {
 // first ask is answered with the old process's Served, and the node admits
 // its waiter on it. Nothing was charged for it.
 func TestANewProcessNumberedBelowTheOldOneIsNotAnsweredWithItsServed(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(1, time.Second) // burst 1
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	serve := func(storeNow, seq int64, node string) share.Reply {
 		st.Ops(storeNow, node, set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: seq, Serve: true, Each: 1,

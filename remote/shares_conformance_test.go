@@ -105,11 +105,8 @@ func TestShareScriptsConformOnADeparture(t *testing.T) {
 // at the creator's shadow, and what the creator is told (a branch the
 // simulated scenarios above do not reach).
 func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	// a admitted one request alone 300 ms ago: its shadow is a whole
 	// emission interval (5 s) less the 300 ms since.
 	replies := make([]share.Reply, 1)
@@ -125,11 +122,8 @@ func TestShareScriptsConformOnAPooledContestsCreatorsShadow(t *testing.T) {
 // key is pooled, wanting nothing; the report makes the contest, as spent,
 // and the new node's first request is not served from a full pool.
 func TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	st.Ops(now, "a", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Seq: now, At: now, Full: -1,
 		Shadow: 4_700_000_000, ShadowSince: now - 300_000}}, replies)
@@ -185,11 +179,8 @@ func TestShareScriptsConformOnAJoinThatCarriesSpend(t *testing.T) {
 // having decided the key alone since, it reports again, its record in the
 // contest holding nothing: charged again, as a join.
 func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(2, 10*time.Second).WithBurst(1)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	st.Ops(now, "b", set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: 1, AskedAt: now, Need: share.One,
 		Serve: true, Each: 1, Seq: now, At: now, Full: 0, ShadowSince: now}}, replies)
@@ -216,11 +207,8 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 // whose store's clock stepped back more than a second past its last op's
 // seq numbers its ops below it: those are applied.
 func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.PerSecond(10)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	op := func(at int64, node string, o share.Op) share.Reply {
 		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow = "k", lim, 2, -1, -1
@@ -253,11 +241,8 @@ func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
 // the next request past its room), and that the instant is exact: nobody
 // else holds any of the key. Where a node holds a share, it is not.
 func TestShareScriptsConformOnNoRoomForTheNextRequest(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(1, 100*time.Millisecond) // burst 1: one request a tenth of a second
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	serve := func(at int64, node string, want int64) share.Reply {
 		st.Ops(at, node, set, []share.Op{{Key: "client", Limit: lim, Fleet: 2, Pooled: true, Want: want, AskedAt: at, Serve: true, Each: 1,
@@ -281,11 +266,8 @@ func TestShareScriptsConformOnNoRoomForTheNextRequest(t *testing.T) {
 // after a Redis kill, 28 requests within 20% of the limit refused, most by
 // their node alone; not reproduced alone.)
 func TestShareScriptsConformOnNoRoomWhileSharesAreHeldBack(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.PerSecond(10) // burst 10
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	spent := share.State{Level: 10 * int64(time.Second/10)} // its half wholly spent
 	st.Ops(now, "a", set, []share.Op{{Key: "k", Limit: lim, Fleet: 2, Epoch: now - 5_000_000, Held: share.One / 2, Keep: share.One / 2,
@@ -295,6 +277,16 @@ func TestShareScriptsConformOnNoRoomWhileSharesAreHeldBack(t *testing.T) {
 	require.True(t, got.Lost, "the contest is rebuilt")
 	require.Equal(t, share.NoRoom, got.Outcome)
 	assert.False(t, got.Exact, "what is held back as unknown joins the pool later: room may come sooner")
+}
+
+// newFleetCase is newDirectCase with nodes in the fleet, each having beat
+// once.
+func newFleetCase(t *testing.T, nodes ...string) (*dualStore, share.Settings, int64) {
+	st, set, now := newDirectCase(t)
+	for _, node := range nodes {
+		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
+	}
+	return st, set, now
 }
 
 // newDirectCase is a dualStore on a fresh redis-server for a case built op

@@ -527,7 +527,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
-			reply.Until, reply.Exact = untilIn(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set, op.Pooled) // the pool's own refill
+			reply.Until, reply.Exact = until(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set, op.Pooled) // the pool's own refill
 		}
 	case op.Want > 0:
 		d := p.Grow(op.Want, keep, state, pool, now)
@@ -544,7 +544,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
-				reply.Until = until(p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set)
+				reply.Until, _ = until(h, p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set, false)
 			}
 		}
 	}
@@ -570,7 +570,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool
 			if reply.Outcome == share.NoRoom {
 				// Its room comes from the whole limit's refill now.
-				reply.Until, reply.Exact = untilIn(h, p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set, op.Pooled)
+				reply.Until, reply.Exact = until(h, p, keep+growth, nextWant(op, reply.Served), p.Merge(keep, state, growth, pool), now, set, op.Pooled)
 			}
 		} else if !op.Serve && op.Need > keep+growth {
 			growth += min(op.Need-keep-growth, h.Pool-growth)
@@ -727,13 +727,6 @@ func holders(h *Hash, node string) bool {
 	return false
 }
 
-// until is when share g in state x has room for w, at the earliest now,
-// and a cooldown from now when it never will.
-func until(p share.Params, g, w int64, x share.State, now int64, set share.Settings) int64 {
-	t, _ := untilExact(p, g, w, x, now, set)
-	return t
-}
-
 // nextWant is what the next of the requests op waits for weighs, once
 // served of them were: the oldest's weight when they weigh the same
 // (op.Each, Serve ops only), else all of them. A refusal until room for all
@@ -747,23 +740,20 @@ func nextWant(op share.Op, served int64) int64 {
 	return w
 }
 
-// untilExact is until, and whether the share will ever have the room (else
-// the instant is a cooldown's, not the room's).
-func untilExact(p share.Params, g, w int64, x share.State, now int64, set share.Settings) (int64, bool) {
-	if t := p.When(g, w, x, now); t >= 0 {
-		return max(t, now), true
+// until is when share g of h in state x has room for w, at the earliest
+// now, and a cooldown from now when it never will (shares.lua's untilOf);
+// and whether that instant is exact: the share will have the room, and
+// nothing else can bring it sooner. Not while h holds shares back that will
+// join the pool (unknown, reserved for joins), since a larger pool may have
+// the room sooner; nor for more than one request's weight, since a lighter
+// request may fit sooner; nor for a key with an even split (not pooled),
+// whose room nodes may hold in their splits.
+func until(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings, pooled bool) (int64, bool) {
+	t := p.When(g, w, x, now)
+	if t < 0 {
+		return now + set.Cooldown, false
 	}
-	return now + set.Cooldown, false
-}
-
-// untilIn is untilExact for a share of h: not exact while h holds shares
-// back that will join the pool (unknown, reserved for joins), since a
-// larger pool may have the room sooner; nor for more than one request's
-// weight, since a lighter request may fit sooner; nor for a key with an even
-// split (not pooled), whose room nodes may hold in their splits.
-func untilIn(h *Hash, p share.Params, g, w int64, x share.State, now int64, set share.Settings, pooled bool) (int64, bool) {
-	t, exact := untilExact(p, g, w, x, now, set)
-	return t, exact && h.Unknown == 0 && h.Reserved == 0 && w == 1 && pooled
+	return max(t, now), h.Unknown == 0 && h.Reserved == 0 && w == 1 && pooled
 }
 
 // alone reports whether no node but node holds a grant of h.
