@@ -640,16 +640,24 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 		return nil
 	}
 	s.beating, s.beatAt = true, now
-	if n := min(len(s.aloud), registryPage); n > 0 {
+	if n := min(len(s.aloud), registryPage-len(s.calls)); n > 0 {
 		s.calls = append(s.calls, s.aloud[:n]...)
 		s.aloud = s.aloud[n:]
 	}
-	b := &share.Beat{From: s.from, Limit: registryPage, Contests: s.calls,
+	// A registry page of entries at most (about 7 µs of Redis each): a beat
+	// carrying thousands would outlast RedisTimeout and, sent again whole
+	// with what came since, never succeed. The rest go with the next beats
+	// (the node is not quiet while any wait), in the order they came.
+	n := min(len(s.calls), registryPage)
+	b := &share.Beat{From: s.from, Limit: registryPage, Contests: slices.Clone(s.calls[:n]),
 		GoneKeep: share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)}
 	if !s.read {
 		b.From = 0
 	}
-	s.calls = nil
+	s.calls = slices.Delete(s.calls, 0, n)
+	if len(s.calls) == 0 {
+		s.calls = nil
+	}
 	return b
 }
 
