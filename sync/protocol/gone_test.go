@@ -248,6 +248,35 @@ func TestARegistryThatRefusesBeatsLeavesTheGrantsGood(t *testing.T) {
 	}
 }
 
+// The same after one heartbeat that simply failed (timed out on a loaded
+// machine, the breaker counting it) just before the registry began to
+// refuse them all. The failure makes the node use no grant until a
+// heartbeat succeeds; none ever does, and the key faults that follow left
+// it so: 0 of 5 requests 1.1 s apart admitted in one make test run
+// (TestARegistryKeyFaultLeavesAHomeGood). A key fault says nobody can be
+// counted gone: the grants are good again.
+func TestARegistryThatRefusesBeatsAfterAFailedOneLeavesTheGrantsGood(t *testing.T) {
+	lim := limit.PerSecond(1)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a := f.nodes[0]
+	f.home(a, "client", lim)
+	a.cut = true
+	f.beat(a) // times out: no grant used until a heartbeat succeeds
+	a.cut = false
+	a.beatsFail = true
+	admitted := 0
+	for range 10 {
+		f.advance(time.Second)
+		if f.request(a, "client", lim) {
+			admitted++
+		}
+	}
+	if admitted < 9 {
+		t.Fatalf("a client at 1/s on a node whose heartbeats fail (its ops succeed), after one that timed out: %d of 10 admitted; a %+v (%s)",
+			admitted, a.s.Stats(), a.s.Describe("client", lim))
+	}
+}
+
 // A home of a per-client key (1/s, burst 1) on a, which names itself
 // (Node), so that it keeps its grants when Redis restarts empty; Redis
 // restarts, registry and all; the client then alternates between b and a.

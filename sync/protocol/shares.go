@@ -676,8 +676,13 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 		if remote.IsKeyFault(err) {
 			// The registry's keys hold another type: no node's heartbeat
 			// succeeds, nobody can be counted gone, and nothing this node
-			// holds can be taken from it. Its grants stay good.
+			// holds can be taken from it. Its grants stay good, also after
+			// an earlier beat that simply failed: this one reached Redis.
 			s.registryFault = true
+			if s.beatFailed != 0 {
+				s.beatFailed = 0
+				s.nextSweep = 0 // good again at the next Tick
+			}
 			return
 		}
 		if s.beatFailed == 0 {
