@@ -279,41 +279,6 @@ func TestShareScriptsConformOnNoRoomWhileSharesAreHeldBack(t *testing.T) {
 	assert.False(t, got.Exact, "what is held back as unknown joins the pool later: room may come sooner")
 }
 
-// A contest of a fleet of FleetSize 4 with two nodes up holds an even
-// split back for each of the two that are not until it joins. They never
-// do: a lease and a recovery time after the contest began, the two splits
-// go to the pool, as wholly spent then, and a refill later the pool has
-// their room.
-func TestShareScriptsConformOnJoinsThatNeverCome(t *testing.T) {
-	st, set, now := newFleetCase(t, "a", "b")
-	lim := limit.PerSecond(100) // burst 100, refills in 1 s
-	replies := make([]share.Reply, 1)
-	quarter := share.Even(4)
-	spent := share.State{Level: int64(time.Second)} // wholly spent: the whole capacity, 100 at 10 ms
-	grant := quarter
-	ask := func(at, want int64, state share.State) share.Reply {
-		st.Ops(at, "a", set, []share.Op{{Key: "k", Limit: lim, Fleet: 4, Epoch: replies[0].Epoch, Held: grant, Keep: grant,
-			State: state, At: at, Want: want, AskedAt: at, Each: 1, Need: share.One, Seq: at, Full: -1, Shadow: -1}}, replies)
-		grant = replies[0].Grant
-		return replies[0]
-	}
-	first := ask(now, 1, spent)
-	require.Equal(t, share.Call, first.Outcome, "the contest calls the others to join")
-	st.Ops(now+1_000, "b", set, []share.Op{{Key: "k", Limit: lim, Fleet: 4, Held: quarter, Join: true, State: spent,
-		At: now + 1_000, Seq: now + 1_000, Full: -1, Shadow: -1}}, replies)
-	require.Equal(t, first.Epoch, replies[0].Epoch)
-	replies[0] = first
-	// A lease on, the contest still waits for the two that are not up.
-	mid := ask(now+set.Lease, 60, spent)
-	assert.Equal(t, share.Wait, mid.Outcome, "the contest still waits for the joins")
-	// A lease, a recovery time and a refill on: their splits are the
-	// pool's, refilled, and what a holds has refilled too.
-	last := ask(now+set.Lease+set.Recovery+1_000_000, 60, share.State{})
-	t.Logf("a asks for 60 once the joins were given up and the pool refilled: %+v", last)
-	assert.Equal(t, share.Done, last.Outcome)
-	assert.Greater(t, last.Grant, int64(2*quarter), "a grew into the splits nobody joined for")
-}
-
 // newFleetCase is newDirectCase with nodes in the fleet, each having beat
 // once.
 func newFleetCase(t *testing.T, nodes ...string) (*dualStore, share.Settings, int64) {

@@ -59,7 +59,6 @@ type Branches struct {
 	PooledShadow   int // a new pooled contest's pool starting at its creator's shadow (it decided the key before it was pooled)
 	ReportedSpend  int // a pooled contest made by a report of that spend alone (the creator wants nothing)
 	JoinedSpend    int // a pooled contest charged with what a node joining it admitted alone before the fleet grew
-	JoinsGivenUp   int // the splits held back for joins that never came, given to the pool a lease and a recovery time on
 }
 
 // Add adds o's counts to b's.
@@ -73,7 +72,6 @@ func (b *Branches) Add(o Branches) {
 	b.PooledShadow += o.PooledShadow
 	b.ReportedSpend += o.ReportedSpend
 	b.JoinedSpend += o.JoinedSpend
-	b.JoinsGivenUp += o.JoinsGivenUp
 }
 
 // kl names a (key, limit).
@@ -386,16 +384,6 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	if h.Unknown > 0 && h.UnknownUntil <= now {
 		give(p, h, now, h.Unknown, p.Decay(p.Spent(h.UnknownUntil), h.UnknownUntil, now))
 		h.Unknown = 0
-	}
-	if t := h.Epoch + set.Lease + set.Recovery; h.Joins > 0 && t <= now {
-		// The splits held back for joins that never came (nodes FleetSize
-		// counts that are not up): a node up hears of the contest and
-		// joins within a few intervals, so after a lease and a recovery
-		// time they go to the pool, as wholly spent then, as what is
-		// unknown does.
-		give(p, h, now, h.Reserved, p.Decay(p.Spent(t), t, now))
-		h.Joins, h.Reserved = 0, 0
-		br.JoinsGivenUp++
 	}
 
 	// 3. The node's record against what it says it holds.

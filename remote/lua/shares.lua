@@ -606,15 +606,6 @@ local function apply(k, p, op)
     give(p, h, h.unknown, decay(p, spent(p, h.unknownUntil), h.unknownUntil, now))
     h.unknown = 0
   end
-  -- The splits held back for joins that never came (nodes FleetSize
-  -- counts that are not up): a node up hears of the contest and joins
-  -- within a few intervals, so after a lease and a recovery time they go
-  -- to the pool, as wholly spent then, as what is unknown does.
-  if h.joins > 0 and h.epoch + LEASE + RECOVERY <= now then
-    local t = h.epoch + LEASE + RECOVERY
-    give(p, h, h.reserved, decay(p, spent(p, t), t, now))
-    h.joins, h.reserved = 0, 0
-  end
 
   -- 3. The node's record against what it says it holds.
   local rec = h.recs[node]
