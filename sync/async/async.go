@@ -306,7 +306,7 @@ func (a *Runner) beat(ctx context.Context) (info round.Info, sent bool, err erro
 	if b == nil {
 		return round.Info{}, false, nil
 	}
-	at := a.deps.Clock.Now()
+	at, began := a.deps.Clock.Now(), time.Now()
 	r := new(share.BeatReply) // the call's own: one abandoned at its timeout may still write it
 	_, err = breaker.Call(ctx, a.deps.Breaker, a.Timeout(ctx, a.cfg.CallTimeout), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, a.deps.Store.ShareBeat(ctx, b, r)
@@ -319,6 +319,13 @@ func (a *Runner) beat(ctx context.Context) (info round.Info, sent bool, err erro
 		}
 		a.sh.BeatDone(b, nil, err, a.now())
 		return info, true, err
+	}
+	if len(b.Contests) <= fewOps && len(r.Changes) <= fewOps {
+		// All but a round trip: the calls' sizers learn it from the
+		// beats too (a node at rest sends no ops).
+		took := time.Since(began)
+		a.opsBatch.roundTrip(took)
+		a.ledgerBatch.roundTrip(took)
 	}
 	a.deps.Offset.Observe(at, time.Unix(0, share.Nanos(r.Now)), received)
 	a.sh.BeatDone(b, r, nil, a.now())

@@ -27,8 +27,11 @@ import (
 //     budget lets it grow, up to twice, to what would take one budget,
 //     never above the most (Config.BatchSize).
 //
-// The round trip is not the ops' cost: it is what calls of a few ops take
-// (a moving average; any faster call lowers it), and a call whose time is
+// The round trip is not the ops' cost: it is what calls of a few ops take,
+// and the node's heartbeats when they carry a few entries (a moving
+// average; any faster call lowers it: a node at rest sends no ops but
+// beats, so the round trip follows a route that grew before a backlog
+// comes), and a call whose time is
 // mostly the round trip never shrinks the size, so a distant Redis's calls
 // are not made smaller for it. A small call says little of a large one's
 // time, so it changes nothing else: a stall that times out a lone op leaves
@@ -47,6 +50,26 @@ type batch struct {
 const fewOps = 4
 
 func newBatch(most int) *batch { return &batch{most: most, size: most} }
+
+// roundTrip tells b of a call that was all but its round trip (a heartbeat
+// carrying a few entries), which took took.
+func (b *batch) roundTrip(took time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sawTrip(took, true)
+}
+
+// sawTrip folds took into the round trip: any call faster than it lowers
+// it, and one of a few ops (few) moves it a quarter of the way. b.mu is
+// held.
+func (b *batch) sawTrip(took time.Duration, few bool) {
+	switch {
+	case b.trip == 0 || took < b.trip:
+		b.trip = took
+	case few:
+		b.trip += (took - b.trip) / 4
+	}
+}
 
 // next returns how many a call may carry now.
 func (b *batch) next() int {
@@ -73,12 +96,7 @@ func (b *batch) done(n int, took, timeout time.Duration, err error) {
 	case err != nil:
 		return
 	}
-	switch {
-	case b.trip == 0 || took < b.trip:
-		b.trip = took
-	case n <= fewOps:
-		b.trip += (took - b.trip) / 4
-	}
+	b.sawTrip(took, n <= fewOps)
 	if !large {
 		return
 	}

@@ -133,6 +133,41 @@ func TestBatchFollowsARoundTripThatGrew(t *testing.T) {
 	assert.GreaterOrEqual(t, b.next(), 100, "a call of 100 ops takes 31.5 ms: well within the timeout")
 }
 
+// The same when no op is sent between the route growing and the backlog:
+// a node at rest beats (a few entries a beat: all but a round trip) and
+// sends no ops. The sizer learns the round trip from the beats. Before, it
+// kept the one from before the route grew (0.8 ms), took the new one (20
+// ms) for the ops' cost, and the calls never grew again: a node 10 ms away
+// each way under the default 50 ms timeout gave 3,000 grants back 125 ops
+// a call after two timeouts, and a jitter past 37 ms shrank the calls
+// further (TestANodeAwayFromRedisGivesItsGrantsBackOnClose once took 10 s).
+func TestBatchLearnsARoundTripThatGrewFromTheBeats(t *testing.T) {
+	const timeout, per = 50 * time.Millisecond, 64 * time.Microsecond
+	b := newBatch(2000)
+	for range 20 {
+		b.done(2, 800*time.Microsecond+2*per, timeout, nil) // ops on a local route
+	}
+	for range 5 {
+		b.roundTrip(20 * time.Millisecond) // the route grew: beats only, a second at rest
+	}
+	var sizes []int
+	for range 12 {
+		n := b.next()
+		took := 20*time.Millisecond + time.Duration(n)*per
+		var err error
+		if took > timeout {
+			took, err = timeout, breaker.ErrTimeout
+		}
+		b.done(n, took, timeout, err)
+		sizes = append(sizes, b.next())
+	}
+	t.Logf("sizes: %v", sizes)
+	// The ops may take half of what the round trip leaves: 15 ms, 234 ops
+	// (the round trip as five beats, a second at rest, made it: 16.5 ms,
+	// ~200 ops). Before, 125 for good.
+	assert.GreaterOrEqual(t, b.next(), 175, "calls of 200 ops answer in 33 ms: well within the timeout")
+}
+
 // A Redis 30 ms away whose round trip jitters by up to 25 ms (a proxy on a
 // loaded machine), under a 50 ms timeout: some calls time out whatever they
 // carry. The size must not shrink to one op and stay there. (Found under
