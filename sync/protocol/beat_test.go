@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/local"
@@ -350,4 +352,44 @@ func TestABeatCarriesAPageOfContestsAtMost(t *testing.T) {
 		assert.LessOrEqual(t, n, 1000, "beat %d", i+1)
 	}
 	assert.Len(t, seen, clients, "every client's contest reached the registry")
+}
+
+// A beat that failed (abandoned at its timeout: its call may still be
+// reading b.Contests) is not written to by the next NextBeat. (Found in
+// review: with nothing queued since, the failed beat's entries were the
+// node's queue itself, and the next beat cleared them in place.)
+func TestTheNextBeatLeavesAFailedBeatsEntries(t *testing.T) {
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a")
+	a := f.nodes[0]
+	lim := limit.PerSecond(10)
+	for i := range 3 {
+		a.s.Reset(f.now, fmt.Sprint("k", i), lim, f.now)
+	}
+	b1 := a.s.NextBeat(f.now)
+	a.s.BeatDone(b1, nil, errCut, f.now)
+	before := slices.Clone(b1.Contests)
+	b2 := a.s.NextBeat(f.now)
+	assert.Equal(t, before, b1.Contests, "the failed beat's entries, after the next beat was made")
+	assert.Equal(t, before, b2.Contests, "sent again")
+}
+
+// Calls and resets go with the next beat, ahead of registrations and
+// renewals queued before them: a request waits on a call for AskWait at
+// most. (Found in review: a reset made after 2,500 contests went with the
+// third beat.)
+func TestACallOrResetGoesWithTheNextBeatAheadOfRegistrations(t *testing.T) {
+	cfg := protocol.Config{Interval: testInterval, AskWait: 50 * time.Millisecond, ActiveWindow: time.Second}
+	f := newRvFleet(t, cfg, "a", "b")
+	a := f.nodes[0]
+	f.advance(1100 * time.Millisecond)
+	lim := limit.Per(1, 10*time.Second)
+	for i := range 2500 {
+		f.request(a, fmt.Sprint("client:", i), lim)
+	}
+	a.s.Reset(f.now, "urgent", limit.PerSecond(10), f.now)
+	b := a.s.NextBeat(f.now)
+	require.NotNil(t, b)
+	assert.Len(t, b.Contests, 1000)
+	assert.Equal(t, "urgent", b.Contests[0].Key, "the reset leads the page")
+	a.s.BeatDone(b, &share.BeatReply{Now: f.us(), Nodes: 2}, nil, f.now)
 }

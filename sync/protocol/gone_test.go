@@ -319,3 +319,38 @@ func TestAHomeKeptThroughARestartHearsOfTheKeysNewContest(t *testing.T) {
 		t.Fatalf("admitted %d in %.1fs of a 1/s key offered 2/s: the fleet lost the limit", admitted, w)
 	}
 }
+
+// A node cut off past an active window is counted gone (b has its key
+// since); then the registry's keys are taken (every heartbeat refused, a
+// key fault) and the node reaches Redis again. Its refused heartbeats must
+// not make its old home good again: b decides the key. (Found in review of
+// the change that lets a key fault clear an earlier failure: a and b
+// admitted 10 in 5 s of a 1/s limit, burst 1.)
+func TestARegistryFaultAfterANodeWasCountedGoneLeavesItsGrantsUnused(t *testing.T) {
+	lim := limit.PerSecond(1)
+	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+	a, b := f.nodes[0], f.nodes[1]
+	f.home(a, "client", lim)
+	a.cut = true
+	f.advance(2 * time.Second) // b counts a gone
+	for range 3 {
+		f.request(b, "client", lim)
+		f.advance(testInterval)
+	}
+	a.beatsFail, b.beatsFail = true, true // the registry's keys taken
+	a.cut = false                         // a reaches Redis again
+	f.advance(testInterval)
+	admitted := 0
+	for range 5 {
+		f.advance(time.Second)
+		if f.request(a, "client", lim) {
+			admitted++
+		}
+		if f.request(b, "client", lim) {
+			admitted++
+		}
+	}
+	if admitted > 6 {
+		t.Fatalf("a 1/s limit over 5 s: %d admitted by a and b; a %+v (%s)", admitted, a.s.Stats(), a.s.Describe("client", lim))
+	}
+}

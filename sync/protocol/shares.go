@@ -646,20 +646,39 @@ func (s *Shares) NextBeat(now int64) *share.Beat {
 	}
 	// A registry page of entries at most (about 7 µs of Redis each): a beat
 	// carrying thousands would outlast RedisTimeout and, sent again whole
-	// with what came since, never succeed. The rest go with the next beats
-	// (the node is not quiet while any wait), in the order they came.
-	n := min(len(s.calls), registryPage)
-	b := &share.Beat{From: s.from, Limit: registryPage, Contests: slices.Clone(s.calls[:n]),
+	// with what came since, never succeed. Calls and resets first (requests
+	// wait on a call, AskWait at most), then registrations and renewals,
+	// each in the order they came (the registry keeps the latest of each
+	// field, whatever the order); the rest go with the next beats (the node
+	// is not quiet while any wait). A new slice every beat: a beat
+	// abandoned at its timeout may still be read by its call.
+	ordered := make([]share.Contest, 0, len(s.calls))
+	for _, c := range s.calls {
+		if urgentEntry(c) {
+			ordered = append(ordered, c)
+		}
+	}
+	for _, c := range s.calls {
+		if !urgentEntry(c) {
+			ordered = append(ordered, c)
+		}
+	}
+	n := min(len(ordered), registryPage)
+	b := &share.Beat{From: s.from, Limit: registryPage, Contests: ordered[:n:n],
 		GoneKeep: share.Duration(s.cfg.HomeLease + s.cfg.ActiveWindow)}
 	if !s.read {
 		b.From = 0
 	}
-	s.calls = slices.Delete(s.calls, 0, n)
-	if len(s.calls) == 0 {
-		s.calls = nil
+	s.calls = nil
+	if n < len(ordered) {
+		s.calls = ordered[n:]
 	}
 	return b
 }
+
+// urgentEntry reports whether registry entry c is a call or a reset, which
+// goes before registrations and renewals.
+func urgentEntry(c share.Contest) bool { return c.CallAt != 0 || c.Reset != 0 }
 
 // BeatDone applies the reply to heartbeat b, sent at sent and answered at
 // now (ns), or its failure.
@@ -672,14 +691,17 @@ func (s *Shares) BeatDone(b *share.Beat, r *share.BeatReply, err error, now int6
 		s.firstAt = now // the store's clock, as the reply just mapped it
 	}
 	if err != nil {
-		s.calls = append(b.Contests, s.calls...) // sent again with the next beat
+		s.calls = append(slices.Clone(b.Contests), s.calls...) // sent again with the next beat
 		if remote.IsKeyFault(err) {
 			// The registry's keys hold another type: no node's heartbeat
 			// succeeds, nobody can be counted gone, and nothing this node
 			// holds can be taken from it. Its grants stay good, also after
-			// an earlier beat that simply failed: this one reached Redis.
+			// an earlier beat that simply failed (this one reached Redis),
+			// if the node's last good heartbeat is within an active window:
+			// one older may have let another node count it gone before
+			// the registry's keys were taken, and have its grants.
 			s.registryFault = true
-			if s.beatFailed != 0 {
+			if s.beatFailed != 0 && share.Micros(now) < s.lastBeat+share.Duration(s.cfg.ActiveWindow)-s.leaseMargin() {
 				s.beatFailed = 0
 				s.nextSweep = 0 // good again at the next Tick
 			}
