@@ -24,18 +24,10 @@ import (
 // which would recompute on the whole limit, does not run: another node
 // asked within a lease.)
 func TestNoRoomOnTheGrowPathIsNotExact(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.PerSecond(10) // burst 10, 10/s
 	p, _ := share.ParamsOf(lim)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
-	replies := make([]share.Reply, 1)
-	op := func(at int64, node string, o share.Op) share.Reply {
-		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow, o.Seq, o.At = "k", lim, 2, -1, -1, at, at
-		st.Ops(at, node, set, []share.Op{o}, replies)
-		return replies[0]
-	}
+	op := st.keyOps(set, "k", lim, 2)
 	half := share.Even(2)
 	fresh := p.Decay(share.State{}, 0, now)
 	// a makes the contest in its even split; b's is reserved.
@@ -137,18 +129,10 @@ func TestANewProcessNumberedBelowTheOldOneIsNotAnsweredWithItsServed(t *testing.
 // sooner. (alone(), which the home path uses, counts Unknown; holders(),
 // which Exact uses, does not.)
 func TestNoRoomWithUnknownHeldBackIsNotExact(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.Per(10, 10*time.Second) // burst 10, one a second
 	p, _ := share.ParamsOf(lim)
-	for _, node := range []string{"a", "b"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
-	replies := make([]share.Reply, 1)
-	op := func(at int64, node string, o share.Op) share.Reply {
-		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow, o.Seq, o.At = "k", lim, 2, -1, -1, at, at
-		st.Ops(at, node, set, []share.Op{o}, replies)
-		return replies[0]
-	}
+	op := st.keyOps(set, "k", lim, 2)
 	half := share.Even(2)
 	// a holds half of a contest the store lost (epoch 1): rebuilt, the rest
 	// unknown for a lease and the recovery time; it gives its half back,

@@ -153,11 +153,8 @@ func TestShareScriptsConformOnAReportOfSpendThatMakesAPooledContest(t *testing.T
 // alone and report it: a's report makes the contest, b's joins it and
 // charges the pool with b's shadow; c's request is not served.
 func TestShareScriptsConformOnAJoinThatCarriesSpend(t *testing.T) {
-	st, set, now := newDirectCase(t)
+	st, set, now := newFleetCase(t, "a", "b", "c")
 	lim := limit.Per(2, 10*time.Second) // burst 2, canonical
-	for _, node := range []string{"a", "b", "c"} {
-		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
-	}
 	replies := make([]share.Reply, 1)
 	for i, node := range []string{"a", "b"} {
 		st.Ops(now+int64(i), node, set, []share.Op{{Key: "client", Limit: lim, Fleet: 3, Pooled: true, Seq: now + int64(i), At: now - 10_000,
@@ -209,12 +206,7 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 func TestShareScriptsConformOnALateCopyOfAnEarlierOp(t *testing.T) {
 	st, set, now := newFleetCase(t, "a", "b")
 	lim := limit.PerSecond(10)
-	replies := make([]share.Reply, 1)
-	op := func(at int64, node string, o share.Op) share.Reply {
-		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow = "k", lim, 2, -1, -1
-		st.Ops(at, node, set, []share.Op{o}, replies)
-		return replies[0]
-	}
+	op := st.keyOps(set, "k", lim, 2)
 	first := share.Op{Held: share.One / 2, Keep: share.One / 2, Want: 1, AskedAt: now, Need: share.One, Seq: now, At: now}
 	took := op(now, "a", first)
 	require.Positive(t, took.Grant, "a takes a grant")
@@ -287,6 +279,25 @@ func newFleetCase(t *testing.T, nodes ...string) (*dualStore, share.Settings, in
 		st.Beat(now, node, share.Beat{Limit: 1000, GoneKeep: 21_000_000})
 	}
 	return st, set, now
+}
+
+// keyOps returns a function that sends one op on (key, lim) in a fleet of
+// fleet from node at at (µs) and returns its answer: the op as given, its
+// key, limit and fleet set, with no shadow and not full, numbered and
+// stamped at unless it says otherwise.
+func (d *dualStore) keyOps(set share.Settings, key string, lim limit.Limit, fleet int) func(at int64, node string, o share.Op) share.Reply {
+	replies := make([]share.Reply, 1)
+	return func(at int64, node string, o share.Op) share.Reply {
+		o.Key, o.Limit, o.Fleet, o.Full, o.Shadow = key, lim, fleet, -1, -1
+		if o.Seq == 0 {
+			o.Seq = at
+		}
+		if o.At == 0 {
+			o.At = at
+		}
+		d.Ops(at, node, set, []share.Op{o}, replies)
+		return replies[0]
+	}
 }
 
 // newDirectCase is a dualStore on a fresh redis-server for a case built op

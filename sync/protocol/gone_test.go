@@ -228,52 +228,44 @@ func TestAnOpSentBeforeANodeWasCountedGoneRestoresNothing(t *testing.T) {
 // ops reach the store as before. Nobody can be counted gone, so no grant
 // can be taken from this node: its grants stay good. (Using none after a
 // failed heartbeat, the node asked for what it held and refused a pinned
-// client at 1/s every time.)
+// client at 1/s every time.) The same after one heartbeat that simply
+// failed (timed out on a loaded machine) just before the registry began to
+// refuse them all: the failure made the node use no grant until a
+// heartbeat succeeded, none ever did, and the key faults that followed
+// left it so (0 of 5 requests 1.1 s apart admitted in one make test run,
+// TestARegistryKeyFaultLeavesAHomeGood). A key fault within an active
+// window of the last good heartbeat makes the grants good again.
 func TestARegistryThatRefusesBeatsLeavesTheGrantsGood(t *testing.T) {
-	lim := limit.PerSecond(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
-	a := f.nodes[0]
-	f.home(a, "client", lim)
-	a.beatsFail = true
-	admitted := 0
-	for range 10 {
-		f.advance(time.Second)
-		if f.request(a, "client", lim) {
-			admitted++
-		}
-	}
-	if admitted < 9 {
-		t.Fatalf("a client at 1/s on a node whose heartbeats fail (its ops succeed): %d of 10 admitted; a %+v (%s)",
-			admitted, a.s.Stats(), a.s.Describe("client", lim))
-	}
-}
-
-// The same after one heartbeat that simply failed (timed out on a loaded
-// machine, the breaker counting it) just before the registry began to
-// refuse them all. The failure makes the node use no grant until a
-// heartbeat succeeds; none ever does, and the key faults that follow left
-// it so: 0 of 5 requests 1.1 s apart admitted in one make test run
-// (TestARegistryKeyFaultLeavesAHomeGood). A key fault says nobody can be
-// counted gone: the grants are good again.
-func TestARegistryThatRefusesBeatsAfterAFailedOneLeavesTheGrantsGood(t *testing.T) {
-	lim := limit.PerSecond(1)
-	f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
-	a := f.nodes[0]
-	f.home(a, "client", lim)
-	a.cut = true
-	f.beat(a) // times out: no grant used until a heartbeat succeeds
-	a.cut = false
-	a.beatsFail = true
-	admitted := 0
-	for range 10 {
-		f.advance(time.Second)
-		if f.request(a, "client", lim) {
-			admitted++
-		}
-	}
-	if admitted < 9 {
-		t.Fatalf("a client at 1/s on a node whose heartbeats fail (its ops succeed), after one that timed out: %d of 10 admitted; a %+v (%s)",
-			admitted, a.s.Stats(), a.s.Describe("client", lim))
+	for _, tc := range []struct {
+		name           string
+		failedOneFirst bool
+	}{
+		{"every beat refused", false},
+		{"after one that timed out", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := limit.PerSecond(1)
+			f := newRvFleet(t, protocol.Config{Interval: testInterval, AskWait: time.Second, ActiveWindow: time.Second}, "a", "b")
+			a := f.nodes[0]
+			f.home(a, "client", lim)
+			if tc.failedOneFirst {
+				a.cut = true
+				f.beat(a) // times out: no grant used until a heartbeat succeeds
+				a.cut = false
+			}
+			a.beatsFail = true
+			admitted := 0
+			for range 10 {
+				f.advance(time.Second)
+				if f.request(a, "client", lim) {
+					admitted++
+				}
+			}
+			if admitted < 9 {
+				t.Fatalf("a client at 1/s on a node whose heartbeats fail (its ops succeed): %d of 10 admitted; a %+v (%s)",
+					admitted, a.s.Stats(), a.s.Describe("client", lim))
+			}
+		})
 	}
 }
 
