@@ -381,11 +381,17 @@ type node struct {
 	// that wanted room.
 	told map[string]share.Outcome
 
-	// The breaker.
+	// The breaker, as package breaker's (gobreaker's two-step breaker):
+	// gen is its generation, which every change of state starts; a call's
+	// outcome counts only in the generation that let it through. A call
+	// let through before the breaker opened that succeeds after (a paused
+	// store that ran it late) does not close it: the node stays degraded
+	// until its probe succeeds, as the others do.
 	failures int
 	open     bool
 	openTill time.Duration
 	probing  bool
+	gen      int64
 }
 
 // local is the node's own clock (Unix ns).
@@ -498,30 +504,42 @@ func (nd *node) tick() {
 	}
 }
 
-// allow is the breaker's verdict on a call now: false when open.
-func (nd *node) allow() bool {
+// allow is the breaker's verdict on a call now: false when open (or
+// half-open with its probe in flight). It returns the generation the call
+// is let through in, for result.
+func (nd *node) allow() (gen int64, ok bool) {
 	if !nd.open {
-		return true
+		return nd.gen, true
 	}
 	if nd.s.now < nd.openTill || nd.probing {
-		return false
+		return nd.gen, false
 	}
-	nd.probing = true
-	return true
+	nd.probing = true // half-open: a new generation, its one probe
+	nd.gen++
+	return nd.gen, true
 }
 
-// result feeds a call's outcome to the breaker; the engine is degraded
-// while it is not closed.
-func (nd *node) result(err error) {
+// result feeds the outcome of a call let through in generation gen to the
+// breaker, which ignores it if it has changed state since (gobreaker's
+// generations); the engine is degraded while it is not closed.
+func (nd *node) result(gen int64, err error) {
+	if gen != nd.gen {
+		return
+	}
 	switch {
-	case err == nil:
+	case err == nil && nd.probing:
 		nd.failures, nd.open, nd.probing = 0, false, false
-	case nd.open:
+		nd.gen++
+	case err == nil:
+		nd.failures = 0
+	case nd.probing:
 		nd.probing, nd.openTill = false, nd.s.now+openFor
+		nd.gen++
 	default:
 		nd.failures++
 		if nd.failures >= failuresToOpen {
-			nd.open, nd.openTill = true, nd.s.now+openFor
+			nd.failures, nd.open, nd.openTill = 0, true, nd.s.now+openFor
+			nd.gen++
 		}
 	}
 	nd.eng.SetDegraded(nd.open)
@@ -533,12 +551,16 @@ func (nd *node) beat() {
 		nd.beatAgain = true
 		return
 	}
-	if !nd.allow() {
+	gen, ok := nd.allow()
+	if !ok {
 		return
 	}
 	mapped := nd.mapped()
 	b := nd.sh.NextBeat(mapped)
 	if b == nil {
+		if nd.probing && gen == nd.gen {
+			nd.probing = false // no call: the probe is the next one's
+		}
 		return
 	}
 	nd.beating = true
@@ -555,7 +577,7 @@ func (nd *node) beat() {
 		if !nd.up {
 			return
 		}
-		nd.result(err)
+		nd.result(gen, err)
 		var r *share.BeatReply
 		if err == nil {
 			r = reply.(*share.BeatReply)
@@ -601,7 +623,8 @@ func (nd *node) send() {
 	if len(ops) == 0 {
 		return
 	}
-	if !nd.allow() {
+	gen, ok := nd.allow()
+	if !ok {
 		nd.sh.OpsDone(ops, nil, errOpen, true, mapped)
 		return
 	}
@@ -620,7 +643,7 @@ func (nd *node) send() {
 		if !nd.up {
 			return
 		}
-		nd.result(err)
+		nd.result(gen, err)
 		var replies []share.Reply
 		if err == nil {
 			replies = reply.([]share.Reply)
