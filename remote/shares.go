@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -18,8 +19,8 @@ import (
 // node reads at its heartbeat (registry.lua), with calls published on a
 // channel for the nodes to hear at once.
 
-// shareArgsPerOp and shareValuesPerOp are shares.lua's per-key argument and
-// reply counts.
+// shareArgsPerOp and shareValuesPerOp are shares.lua's per-key values in
+// (packed in one argument: opArgs) and out.
 const (
 	shareArgsPerOp   = 28
 	shareValuesPerOp = 19
@@ -86,9 +87,13 @@ func sharedParams(op share.Op) (share.Params, error) {
 	return p, limit.CheckKey(op.Key)
 }
 
-// opArgs is one op's arguments to shares.lua.
+// opArgs is one op's argument to shares.lua: its shareArgsPerOp values as
+// little-endian float64s in one string, which the script reads with one
+// struct.unpack. Sent as decimal strings, each was a tonumber in Lua (a
+// strtod): about 5% of what an op cost Redis (BenchmarkShareOps). A float64
+// holds each value as Lua's tonumber did: rounded to the nearest double.
 func opArgs(p share.Params, op share.Op) []any {
-	b := func(v bool) int {
+	b := func(v bool) int64 {
 		if v {
 			return 1
 		}
@@ -98,10 +103,15 @@ func opArgs(p share.Params, op share.Op) []any {
 	if op.Serve {
 		serve = 1 + max(op.Each, 0)
 	}
-	return []any{int(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
+	vals := [shareArgsPerOp]int64{int64(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
-		op.Want, op.AskedAt, op.Need, max(op.Fleet, 1), b(op.Pooled), b(op.Join), b(op.Leave), serve,
+		op.Want, op.AskedAt, op.Need, int64(max(op.Fleet, 1)), b(op.Pooled), b(op.Join), b(op.Leave), serve,
 		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied}
+	buf := make([]byte, 0, 8*shareArgsPerOp)
+	for _, v := range vals {
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(float64(v)))
+	}
+	return []any{string(buf)}
 }
 
 // readReplies reads one call's reply into the replies of its ops.
