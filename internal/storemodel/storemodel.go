@@ -8,6 +8,7 @@
 package storemodel
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -871,7 +872,11 @@ func (m *Model) Beat(now int64, node string, b share.Beat) share.BeatReply {
 			gone = append(gone, id)
 		}
 	}
-	slices.Sort(gone)
+	// In the order registry.lua's ZRANGEBYSCORE reads them: by the last
+	// beat, then by name.
+	slices.SortFunc(gone, func(a, b string) int {
+		return cmp.Or(cmp.Compare(m.members[a], m.members[b]), cmp.Compare(a, b))
+	})
 	for _, id := range gone {
 		delete(m.members, id)
 		depart(id)
