@@ -30,7 +30,7 @@ var conformCount = flag.Int("conform.count", 80, "how many simulated scenarios T
 func TestShareScriptsConform(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	ops, gone, goneOps := 0, 0, 0
+	ops, gone, goneOps, fast := 0, 0, 0, 0
 	var br storemodel.Branches
 	for seed := int64(1); seed <= int64(*conformCount); seed++ {
 		require.NoError(t, c.FlushAll(context.Background()).Err())
@@ -38,7 +38,11 @@ func TestShareScriptsConform(t *testing.T) {
 		st := &dualStore{t: t, seed: seed, c: c, model: storemodel.New(share.Duration(sc.ActiveWindow)),
 			nodes: map[string]*remote.Store{}, active: sc.ActiveWindow}
 		sharesim.RunOn(sc, st)
-		ops, gone, goneOps = ops+st.ops, gone+st.gone, goneOps+st.goneOps
+		n, err := c.Get(context.Background(), remote.FastKey(clockKey)).Int()
+		if err != redis.Nil {
+			require.NoError(t, err)
+		}
+		ops, gone, goneOps, fast = ops+st.ops, gone+st.gone, goneOps+st.goneOps, fast+n
 		br.Add(st.model.Branches)
 		if testing.Verbose() {
 			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
@@ -47,7 +51,11 @@ func TestShareScriptsConform(t *testing.T) {
 	require.Positive(t, ops, "the scenarios sent no op")
 	// Nodes that crash or leave: their departures read and sent with ops.
 	require.Positive(t, goneOps, "no op was sent knowing of a departure (%d read)", gone)
-	t.Logf("%d ops agreed, %d of them sent knowing of a departure (%d read); the script's rarer branches taken: %+v", ops, goneOps, gone, br)
+	t.Logf("%d ops agreed, %d of them sent knowing of a departure (%d read), %d answered by the fast path; the script's rarer branches taken: %+v",
+		ops, goneOps, gone, fast, br)
+	// The fast path (a request the pool serves on a contest nobody holds
+	// any of) is held to the model like the rest.
+	assert.Positive(t, fast, "no op took the script's fast path")
 	// The branches the share script's latest changes added, each met by
 	// some op (the scenarios of the first 80 seeds meet them all).
 	for name, n := range map[string]int{"backdated": br.Backdated, "served homes": br.ServedHomes, "refilled calls": br.RefilledCalls,
@@ -431,4 +439,65 @@ func (d *dualStore) Restart() {
 func (d *dualStore) Delete(key string, lim limit.Limit) {
 	d.model.Delete(key, lim)
 	require.NoError(d.t, d.c.Del(context.Background(), d.node("evictor").ShareKey(key, lim)).Err())
+}
+
+// The fast path (a request the pool serves on a token bucket's contest that
+// nobody holds any of) answers the ops of a call it can before the general
+// path takes the rest. Each call here is held to the model, which applies
+// its ops one by one in order: a call of fast ops only, one that mixes them
+// with ops the general path takes, and one that names a key twice (which a
+// node never sends): the order must not show.
+func TestShareScriptsConformOnCallsTheFastPathAnswersInPart(t *testing.T) {
+	lim := limit.Per(1, 100*time.Millisecond) // burst 1: pooled over two nodes
+	serve := func(key string, epoch, at int64) share.Op {
+		return share.Op{Key: key, Limit: lim, Fleet: 2, Pooled: true, Epoch: epoch, Want: 1, AskedAt: at, Serve: true, Each: 1,
+			At: at, Full: -1, Shadow: -1}
+	}
+	cases := []struct {
+		name string
+		keys []string // the call's ops, one serve op each, in order
+		fast int64    // the ops the fast path must have answered
+	}{
+		{"every op fast", []string{"k1", "k2", "k3"}, 3},
+		{"fast and general mixed", []string{"k1", "new1", "k2", "new2", "k3"}, 3},
+		{"a key twice", []string{"k1", "k2", "k1"}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, set, now := newFleetCase(t, "a", "b")
+			// Each of k1..k3 served once on b: a contest nobody holds any of
+			// (no home: b's op needs nothing), its epoch known to a.
+			epochs := map[string]int64{}
+			replies := make([]share.Reply, 1)
+			for i, k := range []string{"k1", "k2", "k3"} {
+				at := now + int64(i)
+				st.Ops(at, "b", set, []share.Op{serve(k, 0, at)}, replies)
+				require.Equal(t, int64(1), replies[0].Served)
+				epochs[k] = replies[0].Epoch
+			}
+			at := now + 150_000 // the pools have refilled
+			ops := make([]share.Op, len(tc.keys))
+			for i, k := range tc.keys {
+				ops[i] = serve(k, epochs[k], at) // a new key: epoch 0, the general path
+				ops[i].Seq = at + int64(i)
+			}
+			before := st.fastOps()
+			replies = make([]share.Reply, len(ops))
+			st.Ops(at, "a", set, ops, replies) // held to the model, op by op
+			assert.Equal(t, tc.fast, st.fastOps()-before, "ops the fast path answered")
+			for i, r := range replies {
+				t.Logf("%s: %+v", tc.keys[i], r)
+			}
+		})
+	}
+}
+
+// fastOps is how many ops shares.lua's fast path has answered on d's store.
+func (d *dualStore) fastOps() int64 {
+	n, err := d.c.Get(context.Background(), remote.FastKey(clockKey)).Int64()
+	if err == redis.Nil {
+		return 0
+	}
+	require.NoError(d.t, err)
+	return n
 }

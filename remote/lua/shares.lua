@@ -56,6 +56,151 @@ local REC = '<ddddddddddddddd'
 local OPARGS = '<' .. string.rep('d', 28) -- an op's values (ARGV above)
 local rk = 'r:' .. node
 
+-- The fast path: a request the pool serves (Serve) on a token bucket's
+-- contest that no node holds any of, nothing held back, nothing lapsing
+-- (per-client keys spread over the fleet, a key under its limit whose
+-- nodes hold nothing). It is the general path below step for step for that
+-- case, in locals: the general path's forty functions are made anew on
+-- every call (closures), and with its tables they were a third of what
+-- such an op cost Redis. It answers nil, having written nothing, for any op
+-- or contest outside the case (and what it read of the contest, which the
+-- general path then reads no more); the general path then applies the op.
+-- A test counts the ops it answers (remote's UseClockKey).
+local function serveFast(k, a)
+  local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
+    pooled, _, leave, serve, seq, _, _, _, owedOp, applied = struct.unpack(OPARGS, a)
+  if kind ~= BUCKET or serve < 1 or held ~= 0 or keep ~= 0 or want <= 0 or leave == 1 or owedOp == 1 or
+      epoch == 0 then
+    return nil
+  end
+  local each = math.max(serve - 1, 0)
+  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
+  if not v[1] or #v[1] < 160 or (v[2] or '') == node then return nil, v end -- none, an earlier release's, or its creator's
+  local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
+    exSince, exOK, reserved, hHeld, lapse, ttl = struct.unpack(META, v[1])
+  if expiry <= now or hEpoch ~= epoch or hHeld ~= 0 or unknown ~= 0 or joins ~= 0 or reserved ~= 0 or
+      lapse <= now then
+    return nil, v
+  end
+  local grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
+    holdUntil = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+  if v[3] then
+    grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
+      holdUntil = struct.unpack(REC, v[3])
+    if seq ~= 0 and (rSeq == seq or seq < rSeq and rSeq <= now + STALE) then return nil, v end -- a replay, a late copy
+    if grant ~= 0 or hold ~= 0 then return nil, v end
+  end
+  if applied ~= 0 and (not v[3] or rSeq < applied) then return nil, v end -- a store that lost writes
+  -- decay (a level, in ns, drained by µs)
+  local function at(x, from, t)
+    if t <= from then return x end
+    local l = x - (t - from) * 1000
+    if l < 0 then l = 0 end
+    return l
+  end
+  -- when: the µs from t on at which share g at level x has room for w
+  local function fits(g, w, x, t)
+    if g <= 0 then return -1 end
+    local most = tolerance - w * (interval * ONE) / g
+    if most < 0 then return -1 end
+    if x <= most then return t end
+    return t + math.ceil((x - most) / 1000)
+  end
+  -- 5. What it wants: served from the pool.
+  local level = at(ps1, poolAt, now)
+  outcome, untl, served, servedAt = DONE, 0, 0, 0
+  local exact, whole = 0, false
+  local from = math.min(math.max(asked, poolAt), now)
+  if pool > 0 then
+    local t = fits(pool, want, at(ps1, poolAt, from), from)
+    if t >= 0 and t <= now then
+      ps1, poolAt = at(ps1, poolAt, t) + math.ceil(want * interval * ONE / pool), t
+      level = at(ps1, poolAt, now)
+      served, servedAt, exOK, whole = want, t, 0, true
+    end
+  end
+  if not whole and pool > 0 then
+    local f = tolerance - level
+    local w = 0
+    if f > 0 and each > 0 then
+      w = math.min(math.floor(f * pool / (interval * ONE)), want - each)
+      w = math.floor(w / each) * each
+    end
+    if w > 0 then
+      level = level + math.ceil(w * interval * ONE / pool)
+      ps1, poolAt = level, now
+      served, servedAt, exOK = w, now, 0
+    end
+  end
+  if not whole then
+    -- No room, and nobody else holds any: until the pool's own refill.
+    local nextWant = want - served
+    if each > 0 and nextWant > each then nextWant = each end
+    local t = fits(pool, nextWant, level, now)
+    exact = 1
+    if nextWant ~= 1 or pooled ~= 1 then exact = 0 end
+    if t < 0 then
+      untl, exact = now + COOLDOWN, 0
+    elseif t < now then
+      untl = now
+    else
+      untl = t
+    end
+    outcome = NOROOM
+  end
+  -- The home rule: nobody holds any of it; a home is made unless another
+  -- node asked last, within half a home lease (the general path reads every
+  -- record to know).
+  if need > 0 and pool > 0 then
+    local t, who = string.match(v[4] or '', '^(%S+) (.*)$')
+    if not who or who == node or tonumber(t) <= now - math.floor(HOMELEASE / 2) then return nil, v end
+  end
+  if outcome == DONE then fails, quiet, callAt = 0, 0, 0 end
+  if pool + unknown + reserved + hHeld > ONE then pool = pool - (pool + unknown + reserved + hHeld - ONE) end
+  local e = now + 2 * LEASE + math.floor((capacity * interval + 999) / 1000)
+  if e > expiry then expiry = e end
+  local keepTTL = ttl
+  if expiry > ttl then ttl = expiry + LEASE end
+  redis.call('HSET', k, 'm', struct.pack(META, hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet,
+    fails, unknown, unknownUntil, exSince, exOK, reserved, hHeld, lapse, ttl), 'la', string.format('%d %s', now, node),
+    rk, struct.pack(REC, grant, leaseEnd, 0, gs1, gs2, gs3, gs4, now, seq, outcome, untl, served, servedAt, hold,
+      holdUntil))
+  if ttl > keepTTL then redis.call('PEXPIREAT', k, math.ceil(ttl / 1000)) end
+  -- answered fast
+  return {1, outcome, hEpoch, grant, 0, level, ps2, ps3, ps4, leaseEnd, expiry, untl, 0, 0, 0, served, servedAt, now,
+    exact}
+end
+
+-- Every op the fast path can answer is answered first, then the others
+-- take the general path: each op reads and writes its own key alone, so
+-- the order of different keys' ops changes nothing. (A call that names a
+-- key twice, which a node never sends, takes the general path whole, in
+-- order.)
+local fast, nfast, read = {}, 0, {}
+local unique = true
+if #KEYS > 1 then
+  local seen = {}
+  for i = 1, #KEYS do
+    if seen[KEYS[i]] then unique = false end
+    seen[KEYS[i]] = true
+  end
+end
+for i = 1, unique and #KEYS or 0 do
+  local ok, res, v = pcall(serveFast, KEYS[i], ARGV[FIRST + i])
+  if ok and res then
+    fast[i], nfast = res, nfast + 1
+  elseif ok then
+    read[i] = v
+  end
+end
+if nfast == #KEYS then
+  local out = {now}
+  for i = 1, #KEYS do
+    for _, x in ipairs(fast[i]) do out[#out + 1] = x end
+  end
+  return out
+end
+
 -- The arithmetic of shares (share.Params). A state is {level, window,
 -- count, prev}.
 
@@ -180,8 +325,9 @@ local function all(h)
 end
 
 -- The contest (h) with its own record only; every record once all() ran.
-local function load(k)
-  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
+-- v: the contest's fields as the fast path read them (nil: read them).
+local function load(k, v)
+  v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la')
   if not v[1] then return nil end
   local aggregates = #v[1] >= 160
   local m
@@ -466,8 +612,8 @@ local function nextWant(op, served)
 end
 
 -- One op.
-local function apply(k, p, op)
-  local h = load(k)
+local function apply(k, p, op, read)
+  local h = load(k, read)
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
     leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0}
   local held = op.held
@@ -831,47 +977,51 @@ end
 
 local out = {now}
 for i = 1, #KEYS do
-  local v = {struct.unpack(OPARGS, ARGV[FIRST + i])}
-  local kind = v[1]
-  local p = {kind = kind, level = kind == BUCKET or kind == METER, interval = v[2], tolerance = v[3],
-    capacity = v[4], period = v[5], rate = v[6]}
-  if p.level then
-    p.unit, p.refill = p.interval, math.floor((p.capacity * p.interval + 999) / 1000)
+  if fast[i] then
+    for _, x in ipairs(fast[i]) do out[#out + 1] = x end
   else
-    p.unit, p.refill = ONE, 2 * p.period
-  end
-  local op = {epoch = v[7], held = v[8], keep = v[9], state = {v[10], v[11], v[12], v[13]}, at = v[14],
-    want = v[15], asked = v[16], need = v[17], fleet = v[18], pooled = v[19] == 1, join = v[20] == 1,
-    leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
-    shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28]}
-  local ok, res = pcall(apply, KEYS[i], p, op)
-  if ok then
-    local x = res.pool
-    out[#out + 1] = 1
-    out[#out + 1] = res.outcome
-    out[#out + 1] = res.epoch
-    out[#out + 1] = res.grant
-    out[#out + 1] = res.growth
-    out[#out + 1] = x[1]
-    out[#out + 1] = x[2]
-    out[#out + 1] = x[3]
-    out[#out + 1] = x[4]
-    out[#out + 1] = res.leaseEnd
-    out[#out + 1] = res.expiry
-    out[#out + 1] = res.untl
-    out[#out + 1] = res.lost
-    out[#out + 1] = res.over
-    out[#out + 1] = res.replace
-    out[#out + 1] = res.served
-    out[#out + 1] = res.servedAt
-    out[#out + 1] = res.now
-    out[#out + 1] = res.exact
-  else
-    local msg = res
-    if type(res) == 'table' then msg = res.err end
-    out[#out + 1] = 0
-    out[#out + 1] = tostring(msg)
-    for _ = 1, 17 do out[#out + 1] = 0 end
+    local v = {struct.unpack(OPARGS, ARGV[FIRST + i])}
+    local kind = v[1]
+    local p = {kind = kind, level = kind == BUCKET or kind == METER, interval = v[2], tolerance = v[3],
+      capacity = v[4], period = v[5], rate = v[6]}
+    if p.level then
+      p.unit, p.refill = p.interval, math.floor((p.capacity * p.interval + 999) / 1000)
+    else
+      p.unit, p.refill = ONE, 2 * p.period
+    end
+    local op = {epoch = v[7], held = v[8], keep = v[9], state = {v[10], v[11], v[12], v[13]}, at = v[14],
+      want = v[15], asked = v[16], need = v[17], fleet = v[18], pooled = v[19] == 1, join = v[20] == 1,
+      leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
+      shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28]}
+    local ok, res = pcall(apply, KEYS[i], p, op, read[i])
+    if ok then
+      local x = res.pool
+      out[#out + 1] = 1
+      out[#out + 1] = res.outcome
+      out[#out + 1] = res.epoch
+      out[#out + 1] = res.grant
+      out[#out + 1] = res.growth
+      out[#out + 1] = x[1]
+      out[#out + 1] = x[2]
+      out[#out + 1] = x[3]
+      out[#out + 1] = x[4]
+      out[#out + 1] = res.leaseEnd
+      out[#out + 1] = res.expiry
+      out[#out + 1] = res.untl
+      out[#out + 1] = res.lost
+      out[#out + 1] = res.over
+      out[#out + 1] = res.replace
+      out[#out + 1] = res.served
+      out[#out + 1] = res.servedAt
+      out[#out + 1] = res.now
+      out[#out + 1] = res.exact
+    else
+      local msg = res
+      if type(res) == 'table' then msg = res.err end
+      out[#out + 1] = 0
+      out[#out + 1] = tostring(msg)
+      for _ = 1, 17 do out[#out + 1] = 0 end
+    end
   end
 end
 return out
