@@ -454,13 +454,17 @@ func TestShareScriptsConformOnCallsTheFastPathAnswersInPart(t *testing.T) {
 			At: at, Full: -1, Shadow: -1}
 	}
 	cases := []struct {
-		name string
-		keys []string // the call's ops, one serve op each, in order
-		fast int64    // the ops the fast path must have answered
+		name   string
+		keys   []string // the call's ops, one serve op each, in order
+		unseen bool     // a names no contest (epoch 0): it has not joined them
+		shadow int64    // what a says it admitted alone (-1: none)
+		fast   int64    // the ops the fast path must have answered
 	}{
-		{"every op fast", []string{"k1", "k2", "k3"}, 3},
-		{"fast and general mixed", []string{"k1", "new1", "k2", "new2", "k3"}, 3},
-		{"a key twice", []string{"k1", "k2", "k1"}, 0},
+		{"every op fast", []string{"k1", "k2", "k3"}, false, -1, 3},
+		{"fast and general mixed", []string{"k1", "new1", "k2", "new2", "k3"}, false, -1, 3},
+		{"a key twice", []string{"k1", "k2", "k1"}, false, -1, 0},
+		{"contests the node has not joined", []string{"k1", "k2", "k3"}, true, -1, 3},
+		{"not joined, carrying what it admitted alone", []string{"k1", "k2", "k3"}, true, 5_000_000, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -479,7 +483,10 @@ func TestShareScriptsConformOnCallsTheFastPathAnswersInPart(t *testing.T) {
 			ops := make([]share.Op, len(tc.keys))
 			for i, k := range tc.keys {
 				ops[i] = serve(k, epochs[k], at) // a new key: epoch 0, the general path
-				ops[i].Seq = at + int64(i)
+				if tc.unseen {
+					ops[i].Epoch = 0
+				}
+				ops[i].Seq, ops[i].Shadow = at+int64(i), tc.shadow
 			}
 			before := st.fastOps()
 			replies = make([]share.Reply, len(ops))

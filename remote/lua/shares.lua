@@ -68,9 +68,11 @@ local rk = 'r:' .. node
 -- A test counts the ops it answers (remote's UseClockKey).
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
-    pooled, _, leave, serve, seq, _, _, _, owedOp, applied = struct.unpack(OPARGS, a)
+    pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied = struct.unpack(OPARGS, a)
+  -- (Epoch 0: a node that has not joined the contest, holding nothing; not
+  -- one carrying what it admitted alone, which charges the pool.)
   if kind ~= BUCKET or serve < 1 or held ~= 0 or keep ~= 0 or want <= 0 or leave == 1 or owedOp == 1 or
-      epoch == 0 then
+      epoch == 0 and shadow > 0 then
     return nil
   end
   local each = math.max(serve - 1, 0)
@@ -78,7 +80,7 @@ local function serveFast(k, a)
   if not v[1] or #v[1] < 160 or (v[2] or '') == node then return nil, v end -- none, an earlier release's, or its creator's
   local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
     exSince, exOK, reserved, hHeld, lapse, ttl = struct.unpack(META, v[1])
-  if expiry <= now or hEpoch ~= epoch or hHeld ~= 0 or unknown ~= 0 or joins ~= 0 or reserved ~= 0 or
+  if expiry <= now or epoch ~= 0 and hEpoch ~= epoch or hHeld ~= 0 or unknown ~= 0 or joins ~= 0 or reserved ~= 0 or
       lapse <= now then
     return nil, v
   end
