@@ -66,13 +66,16 @@ local rk = 'r:' .. node
 -- or contest outside the case (and what it read of the contest, which the
 -- general path then reads no more); the general path then applies the op.
 -- A test counts the ops it answers (remote's UseClockKey).
+local fastWrote -- set once serveFast has written the contest
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
     pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied = struct.unpack(OPARGS, a)
   -- (Epoch 0: a node that has not joined the contest, holding nothing; not
   -- one carrying what it admitted alone, which charges the pool.)
-  if kind ~= BUCKET or serve < 1 or held ~= 0 or keep ~= 0 or want <= 0 or leave == 1 or owedOp == 1 or
-      epoch == 0 and shadow > 0 then
+  -- (Each test as the general path writes it, so that a value that is not
+  -- a number compares the same.)
+  if kind ~= BUCKET or not (serve >= 1) or held ~= 0 or keep ~= 0 or not (want > 0) or leave == 1 or
+      owedOp == 1 or epoch == 0 and shadow > 0 then
     return nil
   end
   local each = math.max(serve - 1, 0)
@@ -141,12 +144,10 @@ local function serveFast(k, a)
     local t = fits(pool, nextWant, level, now)
     exact = 1
     if nextWant ~= 1 or pooled ~= 1 then exact = 0 end
-    if t < 0 then
-      untl, exact = now + COOLDOWN, 0
-    elseif t < now then
-      untl = now
+    if t >= 0 then
+      if t < now then untl = now else untl = t end
     else
-      untl = t
+      untl, exact = now + COOLDOWN, 0
     end
     outcome = NOROOM
   end
@@ -155,7 +156,7 @@ local function serveFast(k, a)
   -- record to know).
   if need > 0 and pool > 0 then
     local t, who = string.match(v[4] or '', '^(%S+) (.*)$')
-    if not who or who == node or tonumber(t) <= now - math.floor(HOMELEASE / 2) then return nil, v end
+    if not (who and who ~= node and tonumber(t) > now - math.floor(HOMELEASE / 2)) then return nil, v end
   end
   if outcome == DONE then fails, quiet, callAt = 0, 0, 0 end
   if pool + unknown + reserved + hHeld > ONE then pool = pool - (pool + unknown + reserved + hHeld - ONE) end
@@ -164,9 +165,10 @@ local function serveFast(k, a)
   local keepTTL = ttl
   if expiry > ttl then ttl = expiry + LEASE end
   redis.call('HSET', k, 'm', struct.pack(META, hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet,
-    fails, unknown, unknownUntil, exSince, exOK, reserved, hHeld, lapse, ttl), 'la', string.format('%d %s', now, node),
+    fails, unknown, unknownUntil, exSince, exOK == 1 and 1 or 0, reserved, hHeld, lapse, ttl), 'la', string.format('%d %s', now, node),
     rk, struct.pack(REC, grant, leaseEnd, 0, gs1, gs2, gs3, gs4, now, seq, outcome, untl, served, servedAt, hold,
       holdUntil))
+  fastWrote = true -- from here on, answered: an error is the op's answer, as on the general path
   if ttl > keepTTL then redis.call('PEXPIREAT', k, math.ceil(ttl / 1000)) end
   -- answered fast
   return {1, outcome, hEpoch, grant, 0, level, ps2, ps3, ps4, leaseEnd, expiry, untl, 0, 0, 0, served, servedAt, now,
@@ -179,18 +181,26 @@ end
 -- key twice, which a node never sends, takes the general path whole, in
 -- order.)
 local fast, nfast, read = {}, 0, {}
-local unique = true
-if #KEYS > 1 then
-  local seen = {}
-  for i = 1, #KEYS do
-    if seen[KEYS[i]] then unique = false end
-    seen[KEYS[i]] = true
-  end
+-- Each key once, each op's argument whole: else the general path takes the
+-- call whole (it stops at an argument it cannot read, having written
+-- nothing for the ops after it).
+local usable, seen = true, {}
+for i = 1, #KEYS do
+  local a = ARGV[FIRST + i]
+  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 28 then usable = false end
+  seen[KEYS[i]] = true
 end
-for i = 1, unique and #KEYS or 0 do
+for i = 1, usable and #KEYS or 0 do
+  fastWrote = false
   local ok, res, v = pcall(serveFast, KEYS[i], ARGV[FIRST + i])
   if ok and res then
     fast[i], nfast = res, nfast + 1
+  elseif not ok and fastWrote then
+    -- It failed after writing (as the general path would have): that error
+    -- is the op's answer; applied again, the op would count twice.
+    local msg = res
+    if type(res) == 'table' then msg = res.err end
+    fast[i], nfast = {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nfast + 1
   elseif ok then
     read[i] = v
   end
