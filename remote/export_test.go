@@ -30,7 +30,7 @@ func (s *Store) UseClockKey(key string) {
 			if !strings.Contains(src, fastLine) {
 				panic("remote: shares.lua no longer marks its fast path's answer as UseClockKey expects")
 			}
-			src = strings.Replace(src, fastLine, count, 1)
+			src = strings.ReplaceAll(src, fastLine, count)
 		}
 		*sc.to = redis.NewScript(src)
 	}

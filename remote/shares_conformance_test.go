@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -455,13 +456,14 @@ func TestShareScriptsConformOnCallsTheFastPathAnswersInPart(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		keys   []string // the call's ops, one serve op each, in order
+		keys   []string // the call's ops, one serve op each (but grow*), in order
 		unseen bool     // a names no contest (epoch 0): it has not joined them
 		shadow int64    // what a says it admitted alone (-1: none)
 		fast   int64    // the ops the fast path must have answered
 	}{
 		{"every op fast", []string{"k1", "k2", "k3"}, false, -1, 3},
-		{"fast and general mixed", []string{"k1", "new1", "k2", "new2", "k3"}, false, -1, 3},
+		{"new keys: their contests made fast", []string{"new1", "k1", "new2"}, false, -1, 3},
+		{"fast and general mixed", []string{"k1", "grow1", "k2", "grow2", "k3"}, false, -1, 3},
 		{"a key twice", []string{"k1", "k2", "k1"}, false, -1, 0},
 		{"contests the node has not joined", []string{"k1", "k2", "k3"}, true, -1, 3},
 		{"not joined, carrying what it admitted alone", []string{"k1", "k2", "k3"}, true, 5_000_000, 0},
@@ -485,6 +487,9 @@ func TestShareScriptsConformOnCallsTheFastPathAnswersInPart(t *testing.T) {
 				ops[i] = serve(k, epochs[k], at) // a new key: epoch 0, the general path
 				if tc.unseen {
 					ops[i].Epoch = 0
+				}
+				if strings.HasPrefix(k, "grow") {
+					ops[i].Serve = false // a share asked for: the general path
 				}
 				ops[i].Seq, ops[i].Shadow = at+int64(i), tc.shadow
 			}

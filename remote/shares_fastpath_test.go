@@ -51,7 +51,7 @@ func newRVScripts(t *testing.T) *rvScripts {
 	gen := strings.Replace(s, loop, "for i = 1, 0 do", 1)
 	const mark = "  -- answered fast\n"
 	require.Contains(t, s, mark)
-	fast := strings.Replace(s, mark, "  redis.call('INCR', '"+rvCounter+"')\n", 1)
+	fast := strings.ReplaceAll(s, mark, "  redis.call('INCR', '"+rvCounter+"')\n")
 	c := redistest.Start(t).Client(t)
 	require.NoError(t, c.Set(context.Background(), rvClock, fmt.Sprintf("%.0f", rvNow), 0).Err())
 	return &rvScripts{c: c, fast: redis.NewScript(fast), gen: redis.NewScript(gen)}
@@ -389,7 +389,7 @@ func rvRandomKey(r *rand.Rand) rvKey {
 	o.applied = rvPick(r, 0, 0, 0, now-2_000_000, now-3_000_000)
 	if r.Intn(3) == 0 {
 		// break one condition
-		switch r.Intn(22) {
+		switch r.Intn(24) {
 		case 0:
 			m.epoch = rvEpoch - 1
 		case 1:
@@ -450,6 +450,20 @@ func rvRandomKey(r *rand.Rand) rvKey {
 			return rvKey{hash: h, op: o.pack()}
 		case 21:
 			return rvKey{str: "x", op: o.pack()} // WRONGTYPE
+		case 22:
+			// No contest, and a node that names none: its first request
+			// makes it (shadow, pooled, want, need and asked at random).
+			o.epoch = 0
+			return rvKey{op: o.pack()}
+		case 23:
+			// A hash holding a record and la but no header: no contest.
+			o.epoch = 0
+			h := rvContest(m, xn, la, recs)
+			delete(h, "m")
+			if len(h) == 0 {
+				return rvKey{op: o.pack()}
+			}
+			return rvKey{hash: h, op: o.pack()}
 		}
 	}
 	return rvKey{hash: rvContest(m, xn, la, recs), op: o.pack()}

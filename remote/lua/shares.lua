@@ -59,7 +59,8 @@ local rk = 'r:' .. node
 -- The fast path: a request the pool serves (Serve) on a token bucket's
 -- contest that no node holds any of, nothing held back, nothing lapsing
 -- (per-client keys spread over the fleet, a key under its limit whose
--- nodes hold nothing). It is the general path below step for step for that
+-- nodes hold nothing), or that makes a pooled key's contest (a per-client
+-- key's first request). It is the general path below step for step for that
 -- case, in locals: the general path's forty functions are made anew on
 -- every call (closures), and with its tables they were a third of what
 -- such an op cost Redis. It answers nil, having written nothing, for any op
@@ -79,23 +80,6 @@ local function serveFast(k, a)
     return nil
   end
   local each = math.max(serve - 1, 0)
-  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
-  if not v[1] or #v[1] < 160 or (v[2] or '') == node then return nil, v end -- none, an earlier release's, or its creator's
-  local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
-    exSince, exOK, reserved, hHeld, lapse, ttl = struct.unpack(META, v[1])
-  if expiry <= now or epoch ~= 0 and hEpoch ~= epoch or hHeld ~= 0 or unknown ~= 0 or joins ~= 0 or reserved ~= 0 or
-      lapse <= now then
-    return nil, v
-  end
-  local grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
-    holdUntil = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-  if v[3] then
-    grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
-      holdUntil = struct.unpack(REC, v[3])
-    if seq ~= 0 and (rSeq == seq or seq < rSeq and rSeq <= now + STALE) then return nil, v end -- a replay, a late copy
-    if grant ~= 0 or hold ~= 0 then return nil, v end
-  end
-  if applied ~= 0 and (not v[3] or rSeq < applied) then return nil, v end -- a store that lost writes
   -- decay (a level, in ns, drained by µs)
   local function at(x, from, t)
     if t <= from then return x end
@@ -111,6 +95,52 @@ local function serveFast(k, a)
     if x <= most then return t end
     return t + math.ceil((x - most) / 1000)
   end
+  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
+  if not v[1] then
+    -- No contest: this request makes it (a per-client key's first request,
+    -- or its first since its contest ended), its pool the whole limit, full
+    -- when the request was made; served whole, its node is its home unless
+    -- it needs nothing. (Not a key with an even split, whose contest holds
+    -- splits back for the fleet; not a node carrying what it admitted
+    -- alone, nor one that held the key in a contest now gone.)
+    if epoch ~= 0 or pooled ~= 1 or shadow > 0 then return nil, v end
+    local poolAt = now
+    if asked > 0 and asked < now then poolAt = math.max(asked, now - WINDOW) end
+    local from = math.min(math.max(asked, poolAt), now)
+    local t = fits(ONE, want, at(0, poolAt, from), from)
+    if not (t >= 0 and t <= now) then return nil, v end
+    local x1 = at(0, poolAt, t) + math.ceil(want * interval * ONE / ONE)
+    local level = at(x1, t, now)
+    local grant, leaseEnd, lapse, lease, gs1 = 0, now + LEASE, INF, LEASE, 0
+    if need > 0 then
+      grant, leaseEnd, lapse, lease, gs1 = ONE, now + HOMELEASE, now + HOMELEASE, HOMELEASE, level
+    end
+    local expiry = now + 2 * lease + math.floor((capacity * interval + 999) / 1000)
+    local ttl = expiry + LEASE
+    redis.call('HSET', k, 'm', struct.pack(META, now, expiry, ONE - grant, x1, 0, 0, 0, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, grant,
+      lapse, ttl), 'la', string.format('%d %s', now, node),
+      rk, struct.pack(REC, grant, leaseEnd, grant, gs1, 0, 0, 0, now, seq, DONE, 0, want, t, 0, 0))
+    fastWrote = true
+    redis.call('PEXPIREAT', k, math.ceil(ttl / 1000))
+    -- answered fast
+    return {1, DONE, now, grant, grant, level, 0, 0, 0, leaseEnd, expiry, 0, 0, 0, 0, want, t, now, 0}
+  end
+  if #v[1] < 160 or (v[2] or '') == node then return nil, v end -- an earlier release's contest, or its creator's
+  local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
+    exSince, exOK, reserved, hHeld, lapse, ttl = struct.unpack(META, v[1])
+  if expiry <= now or epoch ~= 0 and hEpoch ~= epoch or hHeld ~= 0 or unknown ~= 0 or joins ~= 0 or reserved ~= 0 or
+      lapse <= now then
+    return nil, v
+  end
+  local grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
+    holdUntil = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+  if v[3] then
+    grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
+      holdUntil = struct.unpack(REC, v[3])
+    if seq ~= 0 and (rSeq == seq or seq < rSeq and rSeq <= now + STALE) then return nil, v end -- a replay, a late copy
+    if grant ~= 0 or hold ~= 0 then return nil, v end
+  end
+  if applied ~= 0 and (not v[3] or rSeq < applied) then return nil, v end -- a store that lost writes
   -- 5. What it wants: served from the pool.
   local level = at(ps1, poolAt, now)
   outcome, untl, served, servedAt = DONE, 0, 0, 0
