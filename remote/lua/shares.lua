@@ -67,6 +67,13 @@ local rk = 'r:' .. node
 -- or contest outside the case (and what it read of the contest, which the
 -- general path then reads no more); the general path then applies the op.
 -- A test counts the ops it answers (remote's UseClockKey).
+-- failed is a key's answer when its op raised err: 0, the error, 17 zeros.
+local function failed(err)
+  local msg = err
+  if type(err) == 'table' then msg = err.err end
+  return {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+end
+
 local fastWrote -- set once serveFast has written the contest
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
@@ -80,6 +87,7 @@ local function serveFast(k, a)
     return nil
   end
   local each = math.max(serve - 1, 0)
+  local refill = math.floor((capacity * interval + 999) / 1000) -- p.refill
   -- decay (a level, in ns, drained by µs)
   local function at(x, from, t)
     if t <= from then return x end
@@ -109,13 +117,13 @@ local function serveFast(k, a)
     local from = math.min(math.max(asked, poolAt), now)
     local t = fits(ONE, want, at(0, poolAt, from), from)
     if not (t >= 0 and t <= now) then return nil, v end
-    local x1 = at(0, poolAt, t) + math.ceil(want * interval * ONE / ONE)
+    local x1 = at(0, poolAt, t) + math.ceil(want * interval * ONE / ONE) -- the general path's sum, its pool the whole limit
     local level = at(x1, t, now)
     local grant, leaseEnd, lapse, lease, gs1 = 0, now + LEASE, INF, LEASE, 0
     if need > 0 then
       grant, leaseEnd, lapse, lease, gs1 = ONE, now + HOMELEASE, now + HOMELEASE, HOMELEASE, level
     end
-    local expiry = now + 2 * lease + math.floor((capacity * interval + 999) / 1000)
+    local expiry = now + 2 * lease + refill
     local ttl = expiry + LEASE
     redis.call('HSET', k, 'm', struct.pack(META, now, expiry, ONE - grant, x1, 0, 0, 0, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, grant,
       lapse, ttl), 'la', string.format('%d %s', now, node),
@@ -190,7 +198,7 @@ local function serveFast(k, a)
   end
   if outcome == DONE then fails, quiet, callAt = 0, 0, 0 end
   if pool + unknown + reserved + hHeld > ONE then pool = pool - (pool + unknown + reserved + hHeld - ONE) end
-  local e = now + 2 * LEASE + math.floor((capacity * interval + 999) / 1000)
+  local e = now + 2 * LEASE + refill
   if e > expiry then expiry = e end
   local keepTTL = ttl
   if expiry > ttl then ttl = expiry + LEASE end
@@ -228,9 +236,7 @@ for i = 1, usable and #KEYS or 0 do
   elseif not ok and fastWrote then
     -- It failed after writing (as the general path would have): that error
     -- is the op's answer; applied again, the op would count twice.
-    local msg = res
-    if type(res) == 'table' then msg = res.err end
-    fast[i], nfast = {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nfast + 1
+    fast[i], nfast = failed(res), nfast + 1
   elseif ok then
     read[i] = v
   end
@@ -1058,11 +1064,7 @@ for i = 1, #KEYS do
       out[#out + 1] = res.now
       out[#out + 1] = res.exact
     else
-      local msg = res
-      if type(res) == 'table' then msg = res.err end
-      out[#out + 1] = 0
-      out[#out + 1] = tostring(msg)
-      for _ = 1, 17 do out[#out + 1] = 0 end
+      for _, x in ipairs(failed(res)) do out[#out + 1] = x end
     end
   end
 end
