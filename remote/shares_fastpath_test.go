@@ -70,24 +70,24 @@ func (m rvMeta) pack() string {
 
 // rvRec is a node's record (REC).
 type rvRec struct {
-	grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, seq, outcome, untl, served, servedAt, hold, holdUntil float64
+	grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, seq, outcome, untl, served, servedAt, hold, holdUntil, heard float64
 }
 
 func (r rvRec) pack() string {
 	return rvPack(r.grant, r.leaseEnd, r.growth, r.gs1, r.gs2, r.gs3, r.gs4, r.growthAt, r.seq, r.outcome, r.untl,
-		r.served, r.servedAt, r.hold, r.holdUntil)
+		r.served, r.servedAt, r.hold, r.holdUntil, r.heard)
 }
 
-// rvOp is an op's 28 values (OPARGS).
+// rvOp is an op's 29 values (OPARGS).
 type rvOp struct {
 	kind, interval, tolerance, capacity, period, rate, epoch, held, keep, level, window, count, prev, at, want,
-	asked, need, fleet, pooled, join, leave, serve, seq, full, shadow, shadowSince, owed, applied float64
+	asked, need, fleet, pooled, join, leave, serve, seq, full, shadow, shadowSince, owed, applied, heard float64
 }
 
 func (o rvOp) pack() string {
 	return rvPack(o.kind, o.interval, o.tolerance, o.capacity, o.period, o.rate, o.epoch, o.held, o.keep, o.level,
 		o.window, o.count, o.prev, o.at, o.want, o.asked, o.need, o.fleet, o.pooled, o.join, o.leave, o.serve, o.seq,
-		o.full, o.shadow, o.shadowSince, o.owed, o.applied)
+		o.full, o.shadow, o.shadowSince, o.owed, o.applied, o.heard)
 }
 
 func rvPack(vs ...float64) string {

@@ -80,6 +80,18 @@ type Op struct {
 	// had not reached): it takes the pool as wholly spent, as it does a
 	// contest it lost, rather than hand out room that was spent.
 	Applied int64
+	// Heard is, when the node refuses requests of the key alone for want
+	// of room (told NoRoom until later, or refusing within the last
+	// interval), the latest call on the key it had heard when it made the
+	// op (the store's µs of the call, Contest.CallAt); zero otherwise. Such
+	// an op answers every call up to Heard with nothing to spare: the
+	// node's own demand is beyond its share. Once every node holding a
+	// grant has answered so (or asked for room itself after the call and
+	// not been given it), the store tells an asker no room at once rather
+	// than keep it waiting out the call's window for room that will not
+	// come. A node with room to spare names no call: what it keeps for its
+	// demand may go unused, and the asker waits as before.
+	Heard int64
 }
 
 // Outcome is what the store did with an op's Want.

@@ -60,6 +60,7 @@ type Branches struct {
 	PooledShadow   int // a new pooled contest's pool starting at its creator's shadow (it decided the key before it was pooled)
 	ReportedSpend  int // a pooled contest made by a report of that spend alone (the creator wants nothing)
 	JoinedSpend    int // a pooled contest charged with what a node joining it admitted alone before the fleet grew
+	HeardCalls     int // an ask told no room within the call's window: every node holding a grant had answered
 }
 
 // Add adds o's counts to b's.
@@ -73,6 +74,7 @@ func (b *Branches) Add(o Branches) {
 	b.PooledShadow += o.PooledShadow
 	b.ReportedSpend += o.ReportedSpend
 	b.JoinedSpend += o.JoinedSpend
+	b.HeardCalls += o.HeardCalls
 }
 
 // kl names a (key, limit).
@@ -136,6 +138,9 @@ type Record struct {
 	// lapsed unreported (it may be deciding degraded in one), until
 	// HoldUntil or until it reports what it holds.
 	Hold, HoldUntil int64
+	// Heard is the latest call the node had answered with nothing to spare
+	// by its last op (share.Op.Heard; 0: none).
+	Heard int64
 }
 
 // entry is a registry entry.
@@ -487,7 +492,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if total := h.Pool + h.Unknown + h.Reserved + granted(h); total > share.One {
 			h.Pool -= total - share.One
 		}
-		rec.Seq, rec.Outcome, rec.GrowthAt = op.Seq, share.Done, now
+		rec.Seq, rec.Outcome, rec.GrowthAt, rec.Heard = op.Seq, share.Done, now, op.Heard
 		reply.Epoch = h.Epoch
 		reply.Expiry = extend(p, h, now, set.Lease)
 		return result{h, reply}
@@ -526,7 +531,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				h.ExOK = false
 			}
 		}
-		reply.Outcome, reply.Until = short(p, h, now, node, set, br)
+		reply.Outcome, reply.Until = short(p, h, now, node, set, br, p.When(h.Pool, nextWant(op, reply.Served), pool, now))
 		if reply.Outcome == share.NoRoom && !holders(h, node) {
 			reply.Until, reply.Exact = until(h, p, h.Pool, nextWant(op, reply.Served), pool, now, set, op.Pooled) // the pool's own refill
 		}
@@ -542,7 +547,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			growth = h.Pool // what there is
 		}
 		if !p.Holds(op.Want, keep, state, growth, pool, now) {
-			reply.Outcome, reply.Until = short(p, h, now, node, set, br)
+			reply.Outcome, reply.Until = short(p, h, now, node, set, br, p.When(h.Pool, op.Want, pool, now))
 			if reply.Outcome == share.NoRoom && !holders(h, node) {
 				// It holds all there is: the room comes from its own refill.
 				reply.Until, _ = until(h, p, keep+growth, op.Want, p.Merge(keep, state, growth, pool), now, set, false)
@@ -595,6 +600,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.LastAsker, h.LastAskAt = node, now
 	}
 	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served, rec.ServedAt = now, op.Seq, reply.Outcome, reply.Until, reply.Served, reply.ServedAt
+	rec.Heard = op.Heard
 	lease := set.Lease
 	if rec.Grant >= share.One {
 		lease = max(set.HomeLease, set.Lease) // a home
@@ -619,7 +625,11 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 // call came back without the room, refuse alone until the next call may be
 // made: quiet for a cooldown that doubles while calls keep failing (a key
 // over its limit costs one call a cooldown, not one a request).
-func short(p share.Params, h *Hash, now int64, node string, set share.Settings, br *Branches) (share.Outcome, int64) {
+//
+// soon is when the pool alone has room for the request (µs; -1: never):
+// a call every holder has answered still waits out its window if the
+// pool's own refill brings the room within it.
+func short(p share.Params, h *Hash, now int64, node string, set share.Settings, br *Branches, soon int64) (share.Outcome, int64) {
 	others := false
 	for id, rec := range h.Records {
 		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
@@ -637,12 +647,15 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	case !others:
 		// This node holds all there is: its own refill is the fleet's.
 		return share.NoRoom, now + set.Cooldown
-	case h.CallAt != 0 && now-h.CallAt < set.CallWindow:
-		return share.Wait, 0 // the call's answers are still coming
+	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && (!heard(h, node) || soon >= 0 && soon < h.CallAt+set.CallWindow):
+		return share.Wait, 0 // the call's answers, or the pool's refill, are still coming
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet
 	case now >= h.Quiet:
 		failed := h.CallAt != 0 && h.CallAt >= h.Quiet && now-h.CallAt < callWait*set.CallWindow
+		if failed && now-h.CallAt < set.CallWindow {
+			br.HeardCalls++
+		}
 		if failed && refilled(h, node, now) {
 			br.RefilledCalls++
 		} else if failed {
@@ -680,6 +693,21 @@ func refilled(h *Hash, node string, now int64) bool {
 		}
 	}
 	return false
+}
+
+// heard reports whether every node but node that holds a grant has
+// answered the last call with nothing to spare: its last op was made after
+// it heard the call while it refused requests alone for want of room
+// (share.Op.Heard), or asked for room after the call and was not given it.
+// No room will come from them: the asker is told so, rather than wait out
+// the call's window.
+func heard(h *Hash, node string) bool {
+	for id, rec := range h.Records {
+		if id != node && rec.Grant > 0 && rec.Heard < h.CallAt && (rec.GrowthAt < h.CallAt || rec.Outcome == share.Done) {
+			return false
+		}
+	}
+	return true
 }
 
 // answered reports whether every node but node that holds a grant has

@@ -12,10 +12,11 @@
 --          grant and hold, the earliest any of them lapses, the expiry
 --          last set on the key), xn = the creator, r:<node> = each node's
 --          record (grant, lease, the last growth and its state, the last op
---          and what it was told, what is held back for it).
+--          and what it was told, what is held back for it, the latest call
+--          it answered with nothing to spare).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, home
 --          lease µs, the number of departures the node knows of and each's
---          node and µs (share.Settings.Gone), then per key one argument, 28
+--          node and µs (share.Settings.Gone), then per key one argument, 29
 --          values packed as little-endian doubles (OPARGS: one
 --          struct.unpack, where 28 tonumbers cost Redis about 5% of the
 --          op): the limit (kind, interval ns, tolerance ns,
@@ -23,7 +24,7 @@
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
---          applied).
+--          applied, heard).
 -- Returns  now µs, then per key 19 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now, exact (no room until then, and
@@ -52,8 +53,9 @@ local STALE = 1000000 -- storemodel.StaleSeqAhead
 local INF = math.huge
 local META = '<dddddddddddddddddddd'
 local OLDMETA = '<ddddddddddddddddd' -- an earlier release's contest: no sums
-local REC = '<ddddddddddddddd'
-local OPARGS = '<' .. string.rep('d', 28) -- an op's values (ARGV above)
+local REC = '<dddddddddddddddd'
+local OLDREC = '<ddddddddddddddd' -- an earlier release's record: no heard
+local OPARGS = '<' .. string.rep('d', 29) -- an op's values (ARGV above)
 local rk = 'r:' .. node
 
 -- The fast path: a request the pool serves (Serve) on a token bucket's
@@ -74,10 +76,20 @@ local function failed(err)
   return {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 
+-- recValues are a record's 16 values: an earlier release's record (15, no
+-- heard) reads as one that heard no call.
+local function recValues(v)
+  if #v < 8 * 16 then
+    local r = {struct.unpack(OLDREC, v)}
+    return r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15], 0
+  end
+  return struct.unpack(REC, v)
+end
+
 local fastWrote -- set once serveFast has written the contest
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
-    pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied = struct.unpack(OPARGS, a)
+    pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied, heard = struct.unpack(OPARGS, a)
   -- (Epoch 0: a node that has not joined the contest, holding nothing; not
   -- one carrying what it admitted alone, which charges the pool.)
   -- (Each test as the general path writes it, so that a value that is not
@@ -127,7 +139,7 @@ local function serveFast(k, a)
     local ttl = expiry + LEASE
     redis.call('HSET', k, 'm', struct.pack(META, now, expiry, ONE - grant, x1, 0, 0, 0, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, grant,
       lapse, ttl), 'la', string.format('%d %s', now, node),
-      rk, struct.pack(REC, grant, leaseEnd, grant, gs1, 0, 0, 0, now, seq, DONE, 0, want, t, 0, 0))
+      rk, struct.pack(REC, grant, leaseEnd, grant, gs1, 0, 0, 0, now, seq, DONE, 0, want, t, 0, 0, heard))
     fastWrote = true
     redis.call('PEXPIREAT', k, math.ceil(ttl / 1000))
     -- answered fast
@@ -144,7 +156,7 @@ local function serveFast(k, a)
     holdUntil = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
   if v[3] then
     grant, leaseEnd, growth, gs1, gs2, gs3, gs4, growthAt, rSeq, outcome, untl, served, servedAt, hold,
-      holdUntil = struct.unpack(REC, v[3])
+      holdUntil = recValues(v[3])
     if seq ~= 0 and (rSeq == seq or seq < rSeq and rSeq <= now + STALE) then return nil, v end -- a replay, a late copy
     if grant ~= 0 or hold ~= 0 then return nil, v end
   end
@@ -205,7 +217,7 @@ local function serveFast(k, a)
   redis.call('HSET', k, 'm', struct.pack(META, hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet,
     fails, unknown, unknownUntil, exSince, exOK == 1 and 1 or 0, reserved, hHeld, lapse, ttl), 'la', string.format('%d %s', now, node),
     rk, struct.pack(REC, grant, leaseEnd, 0, gs1, gs2, gs3, gs4, now, seq, outcome, untl, served, servedAt, hold,
-      holdUntil))
+      holdUntil, heard))
   fastWrote = true -- from here on, answered: an error is the op's answer, as on the general path
   if ttl > keepTTL then redis.call('PEXPIREAT', k, math.ceil(ttl / 1000)) end
   -- answered fast
@@ -225,7 +237,7 @@ local fast, nfast, read = {}, 0, {}
 local usable, seen = true, {}
 for i = 1, #KEYS do
   local a = ARGV[FIRST + i]
-  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 28 then usable = false end
+  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 29 then usable = false end
   seen[KEYS[i]] = true
 end
 for i = 1, usable and #KEYS or 0 do
@@ -336,14 +348,15 @@ end
 -- The contest's hash.
 
 local function unrec(v)
-  local r = {struct.unpack(REC, v)}
+  local r = {recValues(v)}
   return {grant = r[1], leaseEnd = r[2], growth = r[3], gs = {r[4], r[5], r[6], r[7]}, growthAt = r[8],
-    seq = r[9], outcome = r[10], untl = r[11], served = r[12], servedAt = r[13], hold = r[14], holdUntil = r[15]}
+    seq = r[9], outcome = r[10], untl = r[11], served = r[12], servedAt = r[13], hold = r[14], holdUntil = r[15],
+    heard = r[16]}
 end
 
 local function newRec()
   return {grant = 0, leaseEnd = 0, growth = 0, gs = {0, 0, 0, 0}, growthAt = 0,
-    seq = 0, outcome = 0, untl = 0, served = 0, servedAt = 0, hold = 0, holdUntil = 0}
+    seq = 0, outcome = 0, untl = 0, served = 0, servedAt = 0, hold = 0, holdUntil = 0, heard = 0}
 end
 
 -- setShare sets a record's grant and hold, keeping the contest's sum of
@@ -443,7 +456,7 @@ local function save(h)
     noteLapse(h, r)
     args[#args + 1] = 'r:' .. id
     args[#args + 1] = struct.pack(REC, r.grant, r.leaseEnd, r.growth, r.gs[1], r.gs[2], r.gs[3], r.gs[4], r.growthAt,
-      r.seq, r.outcome, r.untl, r.served, r.servedAt, r.hold, r.holdUntil)
+      r.seq, r.outcome, r.untl, r.served, r.servedAt, r.hold, r.holdUntil, r.heard)
   end
   local ttl = h.ttl
   if h.expiry > ttl then ttl = h.expiry + LEASE end
@@ -550,6 +563,22 @@ local function answered(h, id)
   return true
 end
 
+-- heard reports whether every node but id holding a grant has answered the
+-- last call with nothing to spare: its last op was made after it heard the
+-- call while it refused requests alone for want of room (the op's heard),
+-- or asked for room after the call and was not given it. No room will come
+-- from them: the asker is told so, rather than wait out the call's window.
+-- It reads every record.
+local function heard(h, id)
+  all(h)
+  for other, r in pairs(h.recs) do
+    if other ~= id and r.grant > 0 and r.heard < h.callAt and (r.growthAt < h.callAt or r.outcome == DONE) then
+      return false
+    end
+  end
+  return true
+end
+
 -- refilled reports whether a node but id holds the whole key (a home) and
 -- was last told it had no room until an instant now past, with no call
 -- since. It reads every record only when another node holds the whole key.
@@ -565,7 +594,11 @@ local function refilled(h, id)
   return false
 end
 
-local function short(h, id)
+-- short: what a node whose want the pool cannot hold does (storemodel's
+-- short). soon is when the pool alone has room for the request (µs; -1:
+-- never): a call every holder has answered still waits out its window if
+-- the pool's own refill brings the room within it.
+local function short(h, id, soon)
   if h.joins > 0 and h.callAt == 0 then
     h.callAt = now
     return CALL, 0
@@ -573,7 +606,8 @@ local function short(h, id)
     return WAIT, 0
   elseif not others(h, id) then
     return NOROOM, now + COOLDOWN
-  elseif h.callAt ~= 0 and now - h.callAt < WINDOW then
+  elseif h.callAt ~= 0 and now - h.callAt < WINDOW and
+      (not heard(h, id) or soon >= 0 and soon < h.callAt + WINDOW) then
     return WAIT, 0
   elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * WINDOW and not answered(h, id) then
     return WAIT, 0
@@ -877,7 +911,7 @@ local function apply(k, p, op, read)
   setShare(h, rec, keep, 0)
   if op.leave then
     cap(h)
-    rec.seq, rec.outcome, rec.growthAt = op.seq, DONE, now
+    rec.seq, rec.outcome, rec.growthAt, rec.heard = op.seq, DONE, now, op.heard
     r.epoch = h.epoch
     r.expiry = extend(p, h, LEASE)
     save(h)
@@ -928,7 +962,7 @@ local function apply(k, p, op, read)
       end
     end
     if not served then
-      r.outcome, r.untl = short(h, node)
+      r.outcome, r.untl = short(h, node, when(p, h.pool, nextWant(op, r.served), pool, now))
       if r.outcome == NOROOM and not others(h, node) then
         r.untl, r.exact = untilOf(p, h, h.pool, nextWant(op, r.served), pool, op.pooled)
       end
@@ -971,7 +1005,7 @@ local function apply(k, p, op, read)
         holds = keep * fx + growth * fp >= op.want * (p.unit * ONE)
       end
       if not holds then
-        r.outcome, r.untl = short(h, node)
+        r.outcome, r.untl = short(h, node, when(p, h.pool, op.want, pool, now))
         if r.outcome == NOROOM and not others(h, node) then
           r.untl = untilOf(p, h, keep + growth, op.want, merge(p, keep, state, growth, pool))
         end
@@ -1013,6 +1047,7 @@ local function apply(k, p, op, read)
     h.la, h.laDirty = string.format('%d %s', now, node), true
   end
   rec.growthAt, rec.seq, rec.outcome, rec.untl, rec.served, rec.servedAt = now, op.seq, r.outcome, r.untl, r.served, r.servedAt
+  rec.heard = op.heard
   local lease = LEASE
   if rec.grant >= ONE then lease = HOMELEASE end -- a home
   if rec.grant > 0 then rec.leaseEnd = now + lease end
@@ -1040,7 +1075,7 @@ for i = 1, #KEYS do
     local op = {epoch = v[7], held = v[8], keep = v[9], state = {v[10], v[11], v[12], v[13]}, at = v[14],
       want = v[15], asked = v[16], need = v[17], fleet = v[18], pooled = v[19] == 1, join = v[20] == 1,
       leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
-      shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28]}
+      shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28], heard = v[29]}
     local ok, res = pcall(apply, KEYS[i], p, op, read[i])
     if ok then
       local x = res.pool

@@ -473,6 +473,7 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 		// No room in the fleet now, nor within the margin its clock is
 		// known to: the exact limiter would refuse it too.
 		ks.refused++
+		ks.refusedAt = us
 		return nil, true, share.Nanos(ks.deniedUntil)
 	}
 	if ks.deniedUntil > us {
@@ -1254,6 +1255,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	if ks.state == Even {
 		op.Epoch = 0
+	} else if ks.deniedUntil > us || us-ks.refusedAt < share.Duration(s.cfg.Interval) {
+		op.Heard = ks.callSeen // refusing alone for want of room: it answers the calls heard so far with nothing to spare
 	}
 	if keep < int64(held) {
 		s.hold(ks, keep) // it decides in what it keeps from now on
