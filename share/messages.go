@@ -81,8 +81,8 @@ type Op struct {
 	// contest it lost, rather than hand out room that was spent.
 	Applied int64
 	// Heard is, when the node refuses requests of the key alone for want
-	// of room (told NoRoom until later, or refusing within the last
-	// interval), the latest call on the key it had heard when it made the
+	// of room (told NoRoom until later, or its latest request of the key
+	// refused so), the latest call on the key it had heard when it made the
 	// op (the store's µs of the call, Contest.CallAt); zero otherwise. Such
 	// an op answers every call up to Heard with nothing to spare: the
 	// node's own demand is beyond its share. Once every node holding a

@@ -1074,7 +1074,7 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 // held.
 func (s *Shares) forgive(kl keyLim) {
 	if ks := s.keys[kl]; ks != nil {
-		ks.deniedUntil, ks.refused, ks.retryAt = 0, 0, 0
+		ks.deniedUntil, ks.refused, ks.retryAt, ks.refusedAt = 0, 0, 0, 0
 	}
 }
 
@@ -1255,7 +1255,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	if ks.state == Even {
 		op.Epoch = 0
-	} else if ks.deniedUntil > us || us-ks.refusedAt < share.Duration(s.cfg.Interval) {
+	} else if ks.deniedUntil > us || ks.refusedAt > 0 && ks.refusedAt >= ks.lastUse {
 		op.Heard = ks.callSeen // refusing alone for want of room: it answers the calls heard so far with nothing to spare
 	}
 	if keep < int64(held) {
@@ -1625,6 +1625,7 @@ func (s *Shares) Tick(now int64) (next int64) {
 			}
 			if end <= now {
 				w.settle(Expired, 0)
+				ks.refusedAt = us
 			} else {
 				wake = min(wake, share.Micros(end)+1)
 			}

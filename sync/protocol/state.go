@@ -77,9 +77,10 @@ type keyState struct {
 	// refused over and over is over its limit, and asks less and less often.
 	deniedUntil int64
 	refused     int
-	// refusedAt is when the node last refused a request of the key alone
-	// (µs): within an interval of it, the node is short of room itself, and
-	// its ops answer the calls it heard with nothing to spare (share.Op.Heard).
+	// refusedAt is when the node last refused a request of the key for
+	// want of room (µs): while no request came since (lastUse), the node is
+	// short of room itself, and its ops answer the calls it heard with
+	// nothing to spare (share.Op.Heard).
 	refusedAt int64
 
 	// rate is the node's demand on the key (weight per second, a moving
