@@ -76,8 +76,9 @@ type Timeline struct {
 	// the limit's rate times Starved is the machine's, not the limiter's.
 	Starved time.Duration
 	// Stalled is the longest any node's driver went between two turns of
-	// its loop (a decision's latency, and the scheduler's delays, included):
-	// how late a decision may be put in its bucket.
+	// its loop (a decision's latency, and the scheduler's delays, included),
+	// its last turn to Duration too: how late a decision may be put in its
+	// bucket, and how much of the rate a driver left unsent at the end.
 	Stalled time.Duration
 	// Span is when the last decision returned, since the run began: the
 	// Duration, or longer when slow decisions made the drivers catch up
@@ -153,6 +154,9 @@ func Drive(ctx context.Context, nodes []Decider, run Run, load Load) (*Timeline,
 				}
 				at := time.Since(start)
 				if at >= run.Duration {
+					// What it owed since its last turn goes unsent: that
+					// gap counts as a stall too.
+					stalled = max(stalled, run.Duration-last)
 					finish()
 					return
 				}
