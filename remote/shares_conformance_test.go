@@ -60,7 +60,7 @@ func TestShareScriptsConform(t *testing.T) {
 	// The branches the share script's latest changes added, each met by
 	// some op (the scenarios of the first 80 seeds meet them all).
 	for name, n := range map[string]int{"backdated": br.Backdated, "served homes": br.ServedHomes, "refilled calls": br.RefilledCalls,
-		"part served": br.PartServed, "heard calls": br.HeardCalls} {
+		"part served": br.PartServed, "heard calls": br.HeardCalls, "pool soon": br.PoolSoon} {
 		assert.Positive(t, n, "no op took the script's %s branch", name)
 	}
 }

@@ -61,6 +61,7 @@ type Branches struct {
 	ReportedSpend  int // a pooled contest made by a report of that spend alone (the creator wants nothing)
 	JoinedSpend    int // a pooled contest charged with what a node joining it admitted alone before the fleet grew
 	HeardCalls     int // an ask told no room within the call's window: every node holding a grant had answered
+	PoolSoon       int // an ask told to wait though every node holding a grant had answered: the pool's refill brings the room within the window
 }
 
 // Add adds o's counts to b's.
@@ -75,6 +76,7 @@ func (b *Branches) Add(o Branches) {
 	b.ReportedSpend += o.ReportedSpend
 	b.JoinedSpend += o.JoinedSpend
 	b.HeardCalls += o.HeardCalls
+	b.PoolSoon += o.PoolSoon
 }
 
 // kl names a (key, limit).
@@ -628,7 +630,9 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 //
 // soon is when the pool alone has room for the request (µs; -1: never):
 // a call every holder has answered still waits out its window if the
-// pool's own refill brings the room within it.
+// pool's own refill brings the room within it. (Not the asker's own share
+// with the pool: on a key over its limit the node's own refill always
+// comes within the window, and its own next requests take it.)
 func short(p share.Params, h *Hash, now int64, node string, set share.Settings, br *Branches, soon int64) (share.Outcome, int64) {
 	others := false
 	for id, rec := range h.Records {
@@ -647,7 +651,10 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	case !others:
 		// This node holds all there is: its own refill is the fleet's.
 		return share.NoRoom, now + set.Cooldown
-	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && (!heard(h, node) || soon >= 0 && soon < h.CallAt+set.CallWindow):
+	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && (soon >= 0 && soon < h.CallAt+set.CallWindow || !heard(h, node)):
+		if soon >= 0 && soon < h.CallAt+set.CallWindow && heard(h, node) {
+			br.PoolSoon++
+		}
 		return share.Wait, 0 // the call's answers, or the pool's refill, are still coming
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet

@@ -597,7 +597,9 @@ end
 -- short: what a node whose want the pool cannot hold does (storemodel's
 -- short). soon is when the pool alone has room for the request (µs; -1:
 -- never): a call every holder has answered still waits out its window if
--- the pool's own refill brings the room within it.
+-- the pool's own refill brings the room within it (not the asker's own
+-- share's: on a key over its limit it always comes, and the node's own
+-- next requests take it).
 local function short(h, id, soon)
   if h.joins > 0 and h.callAt == 0 then
     h.callAt = now
@@ -607,7 +609,7 @@ local function short(h, id, soon)
   elseif not others(h, id) then
     return NOROOM, now + COOLDOWN
   elseif h.callAt ~= 0 and now - h.callAt < WINDOW and
-      (not heard(h, id) or soon >= 0 and soon < h.callAt + WINDOW) then
+      (soon >= 0 and soon < h.callAt + WINDOW or not heard(h, id)) then
     return WAIT, 0
   elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * WINDOW and not answered(h, id) then
     return WAIT, 0
