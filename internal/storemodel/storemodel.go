@@ -634,6 +634,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 // with the pool: on a key over its limit the node's own refill always
 // comes within the window, and its own next requests take it.)
 func short(p share.Params, h *Hash, now int64, node string, set share.Settings, br *Branches, soon int64) (share.Outcome, int64) {
+	refills := soon >= 0 && soon < h.CallAt+set.CallWindow // the pool alone has the room within the call's window
 	others := false
 	for id, rec := range h.Records {
 		if id != node && (rec.Grant > 0 || rec.Hold > 0) {
@@ -651,11 +652,11 @@ func short(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	case !others:
 		// This node holds all there is: its own refill is the fleet's.
 		return share.NoRoom, now + set.Cooldown
-	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && (soon >= 0 && soon < h.CallAt+set.CallWindow || !heard(h, node)):
-		if soon >= 0 && soon < h.CallAt+set.CallWindow && heard(h, node) {
-			br.PoolSoon++
-		}
-		return share.Wait, 0 // the call's answers, or the pool's refill, are still coming
+	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && !heard(h, node):
+		return share.Wait, 0 // the call's answers are still coming
+	case h.CallAt != 0 && now-h.CallAt < set.CallWindow && refills:
+		br.PoolSoon++
+		return share.Wait, 0 // every holder answered; the pool's refill is coming
 	case h.CallAt != 0 && now-h.CallAt < callWait*set.CallWindow && !answered(h, node):
 		return share.Wait, 0 // a node holding a grant has not answered the call yet
 	case now >= h.Quiet:

@@ -608,9 +608,10 @@ local function short(h, id, soon)
     return WAIT, 0
   elseif not others(h, id) then
     return NOROOM, now + COOLDOWN
-  elseif h.callAt ~= 0 and now - h.callAt < WINDOW and
-      (soon >= 0 and soon < h.callAt + WINDOW or not heard(h, id)) then
-    return WAIT, 0
+  elseif h.callAt ~= 0 and now - h.callAt < WINDOW and soon >= 0 and soon < h.callAt + WINDOW then
+    return WAIT, 0 -- the pool's refill is coming (tested before heard, which reads every record)
+  elseif h.callAt ~= 0 and now - h.callAt < WINDOW and not heard(h, id) then
+    return WAIT, 0 -- the call's answers are still coming
   elseif h.callAt ~= 0 and now - h.callAt < CALLWAIT * WINDOW and not answered(h, id) then
     return WAIT, 0
   elseif now >= h.quiet then

@@ -1255,8 +1255,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	}
 	if ks.state == Even {
 		op.Epoch = 0
-	} else if ks.deniedUntil > us || ks.refusedAt > 0 && ks.refusedAt >= ks.lastUse {
-		op.Heard = ks.callSeen // refusing alone for want of room: it answers the calls heard so far with nothing to spare
+	} else if ks.shortOfRoom(us) {
+		op.Heard = ks.callSeen // it answers the calls heard so far with nothing to spare
 	}
 	if keep < int64(held) {
 		s.hold(ks, keep) // it decides in what it keeps from now on

@@ -154,3 +154,11 @@ func (ks *keyState) busy() bool {
 func (ks *keyState) idle() bool {
 	return ks.op == nil && ks.intents == 0 && len(ks.waiters) == 0 && ks.deniedUntil == 0 && !ks.faulted
 }
+
+// shortOfRoom reports whether the node refuses requests of ks alone for
+// want of room at us (µs): the store told it no room until later, or its
+// latest request of the key was refused so (or ran out its wait). Its ops
+// then answer the calls it heard with nothing to spare (share.Op.Heard).
+func (ks *keyState) shortOfRoom(us int64) bool {
+	return ks.deniedUntil > us || ks.refusedAt > 0 && ks.refusedAt >= ks.lastUse
+}
