@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,6 +248,11 @@ func TestRLSStartsWithABadConfig(t *testing.T) {
 		_, err := client.ShouldRateLimit(context.Background(), edgeRequest())
 		return err == nil
 	}, 20*time.Second, 10*time.Millisecond, "the first valid configuration is taken")
+	// The health turns SERVING just after the configuration is in force
+	// (calls may succeed a moment before probes see it, never the reverse).
+	for end := time.Now().Add(5 * time.Second); !slices.Equal(healthOf(t, conn), serving) && time.Now().Before(end); {
+		time.Sleep(time.Millisecond)
+	}
 	assert.Equal(t, serving, healthOf(t, conn))
 	code, _ = r.get(t, "/healthcheck")
 	assert.Equal(t, http.StatusOK, code)
