@@ -48,9 +48,10 @@ bench-keys: tools
 	cd bench && $(GO) run ./cmd/compare -keys-only -out keys-results.md $(COMPARE_FLAGS)
 
 ## pressure: the targets of Redis work that follows pressure, held strictly, without the race detector:
-## a cold key on one node of four, a hot key beside a flood of new keys, memory through a 60 s outage (~2 min)
+## a cold key on one node of four, a hot key beside a flood of new keys, memory through a 60 s outage,
+## a key over its limit on every node refused without waiting (~2 min)
 pressure: tools
-	HYBRIDLIMIT_TARGETS=1 HYBRIDLIMIT_OUTAGE=60s $(GO) test -count=1 -v -timeout 10m -run 'TestColdKeyOnOneNode|TestFloodOfNewKeys|TestMemoryThroughAnOutage' ./hybrid/
+	HYBRIDLIMIT_TARGETS=1 HYBRIDLIMIT_OUTAGE=60s $(GO) test -count=1 -v -timeout 10m -run 'TestColdKeyOnOneNode|TestFloodOfNewKeys|TestMemoryThroughAnOutage|TestAKeyOverItsLimitEverywhere' ./hybrid/
 
 ## rls-peer: build hybridlimit and envoyproxy/ratelimit (pinned in bench/rlsrun/ratelimit.version, never in go.mod) into bench/.bin (git-ignored)
 RATELIMIT_VERSION ?= $(shell cat bench/rlsrun/ratelimit.version)

@@ -81,8 +81,13 @@ func TestAKeyOverItsLimitEverywhereIsRefusedWithoutWaiting(t *testing.T) {
 		decided, admitted, refused, waited, timeouts)
 	require.Positive(t, refused, "offered twice the limit, some must be refused")
 	// Before: 8-13% of decisions waited out their AskWait (3 runs, with
-	// and without the race detector); after: 0.05-1.4%.
-	assert.LessOrEqual(t, float64(timeouts), 0.04*float64(decided), "requests that waited out AskWait for room nobody had")
+	// and without the race detector); after: 0.05-1.4% on a quiet machine,
+	// 0.9-7% beside stress-ng --cpu 2, where the holders' answers come late.
+	// The figure depends on the machine's speed: held by make pressure
+	// (target), logged in make test. The rule itself is held on a manual
+	// clock and against the script (TestAnOpSaysWhichCallItAnswersWhenItsNodeIsShortOfRoom,
+	// TestShareScriptsConformOnACallEveryHolderAnswered).
+	target(t, float64(timeouts) <= 0.04*float64(decided), "%d of %d decisions waited out AskWait for room nobody had (at most 4%%)", timeouts, decided)
 	// The other side: the fleet admits the limit (the measured part: its
 	// rate over the run, give or take the burst).
 	assert.GreaterOrEqual(t, float64(admitted), 0.9*rate*run.Seconds(), "the fleet admits its limit")
