@@ -92,8 +92,10 @@ type Result struct {
 	Elapsed    time.Duration
 	FirstError error
 	// Outcomes holds what became of each request of the stream, warm-up
-	// included, in the stream's order.
+	// included, in the stream's order; Waits whether its answer said it
+	// waited.
 	Outcomes []Outcome
+	Waits    []bool
 }
 
 // Unanswered is the measured part's requests not answered.
@@ -133,7 +135,7 @@ func Drive(ctx context.Context, nodes []Node, s *Stream, cfg Config) (*Result, e
 	if cfg.Drain == 0 {
 		cfg.Drain = DefaultDrain
 	}
-	res := &Result{Offered: int64(s.Offered()), Outcomes: make([]Outcome, len(s.Requests))}
+	res := &Result{Offered: int64(s.Offered()), Outcomes: make([]Outcome, len(s.Requests)), Waits: make([]bool, len(s.Requests))}
 	// The schedule's origin: the warm-up's first request is due now.
 	zero := time.Now().Add(-s.Requests[0].At)
 	cutoff := zero.Add(s.Duration + cfg.Drain)
@@ -208,7 +210,7 @@ func dispatch(ctx context.Context, s *Stream, zero time.Time, queues []chan int3
 // worker calls one node for the requests of its queue, keeping its own
 // counts until the queue closes.
 type worker struct {
-	res    *Result // Outcomes only: each index is written by one worker
+	res    *Result // Outcomes and Waits only: each index is written by one worker
 	s      *Stream
 	zero   time.Time
 	cutoff time.Time
@@ -239,6 +241,7 @@ func (w *worker) run(ctx context.Context, node Node, q <-chan int32) {
 			o = Admitted
 		}
 		w.res.Outcomes[i] = o
+		w.res.Waits[i] = ans.Waited
 		if !t1.Before(w.zero) {
 			w.answered++
 			if t1.After(w.last) {

@@ -41,43 +41,23 @@ type Accuracy struct {
 // to one exact limiter of rate per second and burst per key. An unanswered
 // request is left out of both sides: the fleet did not decide it.
 func CompareExact(s *Stream, out []Outcome, rate, burst int64) (Accuracy, error) {
-	if len(out) != len(s.Requests) {
-		return Accuracy{}, fmt.Errorf("keyload: %d outcomes for %d requests", len(out), len(s.Requests))
-	}
-	if rate < 1 || burst < 1 {
-		return Accuracy{}, fmt.Errorf("keyload: exact limiter of %d/s burst %d: want both positive", rate, burst)
-	}
-	interval := int64(time.Second) / rate // one token, in ns
-	tolerance := interval * burst         // a full bucket
-	tat := make([]int64, s.Spec.Keys)     // theoretical arrival time: the bucket is full until then
-	for k := range tat {
-		tat[k] = math.MinInt64
-	}
+	var acc Accuracy
 	fleet := make([]int32, s.Spec.Keys)
 	exact := make([]int32, s.Spec.Keys)
-	var acc Accuracy
-	for i, r := range s.Requests {
-		o := out[i]
-		if o == Unanswered {
-			continue
-		}
-		t := int64(r.At)
-		ok := false
-		if next := max(tat[r.Key], t) + interval; next-t <= tolerance {
-			tat[r.Key], ok = next, true
-		}
-		if r.At < 0 {
-			continue
-		}
+	err := judge(s, out, rate, burst, func(i int, ok bool) {
+		k := s.Requests[i].Key
 		acc.Decided++
 		if ok {
 			acc.Exact++
-			exact[r.Key]++
+			exact[k]++
 		}
-		if o == Admitted {
+		if out[i] == Admitted {
 			acc.Admitted++
-			fleet[r.Key]++
+			fleet[k]++
 		}
+	})
+	if err != nil {
+		return Accuracy{}, err
 	}
 	for k := range fleet {
 		switch d := int64(fleet[k]) - int64(exact[k]); {
@@ -90,4 +70,38 @@ func CompareExact(s *Stream, out []Outcome, rate, burst int64) (Accuracy, error)
 		}
 	}
 	return acc, nil
+}
+
+// judge runs one exact limiter of rate per second and burst per key (GCRA
+// in integer nanoseconds) over the requests of s the fleet decided, at
+// their scheduled instants, the warm-up included, and calls decided with
+// each decided request of the measured part (its index in s.Requests) and
+// whether the exact limiter admitted it.
+func judge(s *Stream, out []Outcome, rate, burst int64, decided func(i int, ok bool)) error {
+	if len(out) != len(s.Requests) {
+		return fmt.Errorf("keyload: %d outcomes for %d requests", len(out), len(s.Requests))
+	}
+	if rate < 1 || burst < 1 {
+		return fmt.Errorf("keyload: exact limiter of %d/s burst %d: want both positive", rate, burst)
+	}
+	interval := int64(time.Second) / rate // one token, in ns
+	tolerance := interval * burst         // a full bucket
+	tat := make([]int64, s.Spec.Keys)     // theoretical arrival time: the bucket is full until then
+	for k := range tat {
+		tat[k] = math.MinInt64
+	}
+	for i, r := range s.Requests {
+		if out[i] == Unanswered {
+			continue
+		}
+		t := int64(r.At)
+		ok := false
+		if next := max(tat[r.Key], t) + interval; next-t <= tolerance {
+			tat[r.Key], ok = next, true
+		}
+		if r.At >= 0 {
+			decided(i, ok)
+		}
+	}
+	return nil
 }

@@ -163,8 +163,9 @@ type keysRun struct {
 	c      contender.Contender
 	res    *keyload.Result
 	acc    keyload.Accuracy
-	redis  workload.RedisCost // from the measured part's start to its last answer
-	window time.Duration      // that stretch
+	demand [keyload.NumDemands]keyload.DemandClass // acc and the waits by the keys' demand
+	redis  workload.RedisCost                      // from the measured part's start to its last answer
+	window time.Duration                           // that stretch
 	nodes  int
 	// ours: the contender is one of our modes, whose decisions say where
 	// they came from and whether they waited; asks is Async's count of
@@ -303,6 +304,9 @@ func measureKeysRun(ctx context.Context, o options, admin *redis.Client, env con
 		r.redis = after.Sub(before)
 		r.asks = asks(limiters) - asks0
 		if r.acc, err = keyload.CompareExact(s, res.Outcomes, w.policy.Rate, w.policy.Burst); err != nil {
+			return nil, err
+		}
+		if r.demand, err = keyload.ByDemand(s, res.Outcomes, res.Waits, w.policy.Rate, w.policy.Burst); err != nil {
 			return nil, err
 		}
 	}
