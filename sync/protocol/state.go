@@ -82,6 +82,12 @@ type keyState struct {
 	// short of room itself, and its ops answer the calls it heard with
 	// nothing to spare (share.Op.Heard).
 	refusedAt int64
+	// overAt is when the store last told this node the fleet had no room
+	// for the key while other nodes held grants of it (a NoRoom not
+	// Exact, µs): the key is over its limit. For a while after it, a
+	// request short of the node's share is refused alone, while an op asks
+	// for room for the next one (Shares.overLimit).
+	overAt int64
 
 	// rate is the node's demand on the key (weight per second, a moving
 	// average), rateAt when it was last updated (µs); lastUse is when it
