@@ -498,6 +498,8 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 		// the last time the node asked, and an op asks for room for the
 		// next request (growth, which the node decides in from memory): a
 		// key over its limit costs its requests no wait on the store.
+		// Counted in refused, as a refusal until the store's no-room ends
+		// is: a key refused over and over asks less and less often.
 		ks.refused++
 		ks.refusedAt = us
 		if ks.op == nil && ks.retryAt <= us {
@@ -529,8 +531,11 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 // share (a demand that does not is served by the pool request by request,
 // and a request must wait for that). s.mu is held.
 func (s *Shares) overLimit(ks *keyState, us int64) bool {
-	return ks.overAt > 0 && us-ks.overAt < overFor*share.Duration(s.cfg.Interval) && len(ks.waiters) == 0 &&
-		s.rateShare(ks) >= s.oneShare(ks)
+	if ks.overAt == 0 || us-ks.overAt >= overFor*share.Duration(s.cfg.Interval) || len(ks.waiters) > 0 {
+		return false
+	}
+	s.updateRate(ks, us) // its demand as of now: the op build makes will read the same
+	return s.rateShare(ks) >= s.oneShare(ks)
 }
 
 // Abandon removes w from its key's waiters (its caller gave up: a context
@@ -1250,7 +1255,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// A node whose demand could not hold one request of its own is served
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
-	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
+	serve := len(ks.waiters) > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks) // a request served with nobody waiting for it would be room lost
 	halfHome := share.Duration(s.cfg.HomeLease) / 2
 	if serve && us-max(ks.callSeen, ks.called) >= halfHome && (s.moved < 0.5 || ks.servedAt > 0 && us-ks.servedAt < halfHome) {
 		// Served, it grows by nothing, unless nobody else asked for the
@@ -1538,12 +1543,23 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 			back, until = 0, min(until, us+2*share.Duration(s.cfg.Interval))
 		}
 		ks.deniedUntil = max(until, us+back)
-		if !r.Exact {
+		switch {
+		case s.resets[ks.kl] >= op.At:
+			// Reset since the op was made: the answer may be of the state
+			// before.
+		case r.Exact:
+			ks.overAt = 0 // nobody else holds any: only the refill brings room, and a request past Until asks for it
+		default:
 			ks.overAt = us
 		}
 	}
 	if r.Outcome == share.Done && (r.Growth > 0 || r.Served > 0) {
-		ks.refused = 0 // the fleet gave it room
+		// The fleet gave it room. A key over its limit stays so (it is
+		// given room whenever the pool refills: ending the refusals alone
+		// then made 3.4% of the hot key's decisions wait, p99 33 ms,
+		// against 1.0% and 1.2 ms); its next no-room answer, or ten
+		// intervals without one, decides.
+		ks.refused = 0
 	}
 	if r.Served > 0 {
 		ks.servedAt = us

@@ -131,7 +131,7 @@ func (ks *keyState) move(ev Event, in Input) Effect {
 		ks.grant = 0
 	}
 	if fx&Release != 0 {
-		ks.epoch = 0
+		ks.epoch, ks.overAt = 0, 0 // the even split again: no contest to be over the limit in
 	}
 	return fx
 }
