@@ -49,45 +49,62 @@ func TestNoForgottenKeyStaysInOrder(t *testing.T) {
 	t.Logf("order %d keys %d", len(s.order), len(s.keys))
 }
 
-// A node whose demand does not hold a request of its own is served by the
-// pool request by request: within ten intervals of a no-room answer, its
-// short request still waits for its ask, which the pool serves, rather
-// than being refused alone while an op asks for room nobody would use.
-func TestAShortRequestTheDemandCannotHoldWaitsToBeServed(t *testing.T) {
-	key, lim := "k", limit.PerSecond(100).WithBurst(2) // 2 nodes: an even split holds one request
-	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iv := 20 * time.Millisecond
-	s := New(Config{Interval: iv, AskWait: time.Second}, eng)
-	now := time.Unix(1_800_000_000, 0).UnixNano()
-	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 2}, nil, now)
-	for {
-		if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
-			break
-		}
-	}
-	s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
-	ops := s.NextOps(now, 0)
-	if len(ops) != 1 {
-		t.Fatalf("ops %d", len(ops))
-	}
-	us := share.Micros(now)
-	s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: us, Grant: 0, Expiry: us + 3_600_000_000,
-		Until: us + 2*share.Duration(iv), Now: us}}, nil, false, now) // others hold grants: not exact
-	at := now + 3*int64(iv)
-	s.Tick(at)
-	s.mu.Lock()
-	ks := s.keys[keyLim{key, lim}]
-	ks.rate, ks.hits, ks.rateAt = 0.5, 0, share.Micros(at) // a demand of one request every 2 s here
-	s.mu.Unlock()
-	w, refuse, _ := s.Short(at, at, key, lim, 1, at+int64(time.Second), nil)
-	if refuse || w == nil {
-		t.Fatalf("refused alone: its demand holds no request of its own (%s)", s.Describe(key, lim))
-	}
-	ops = s.NextOps(at, 0)
-	if len(ops) != 1 || !ops[0].Serve || ops[0].AskedAt == 0 {
-		t.Fatalf("ops %+v: want one op asking the pool to serve the waiting request", ops)
+// Within ten intervals of a no-room answer, a short request still waits
+// for its ask, which the pool serves, where refused alone it would be the
+// request an exact limiter admits: a node whose demand does not hold a
+// request of its own (the pool serves it request by request), and a
+// pooled key (one request weighs more than an even split: all its room is
+// in the pool, and comes when the store said).
+func TestAShortRequestThePoolServesWaitsToBeServed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		burst int64
+		rate  float64 // the node's demand, a second
+		serve bool    // the op asks the pool to serve the request (else to grow the node's share for it)
+	}{
+		{"a demand that holds no request", 2, 0.5, true},         // 2 nodes: an even split holds one request
+		{"a pooled key, a demand over its limit", 1, 500, false}, // an even split holds half a request
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, lim := "k", limit.PerSecond(100).WithBurst(tc.burst)
+			eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			iv := 20 * time.Millisecond
+			s := New(Config{Interval: iv, AskWait: time.Second}, eng)
+			now := time.Unix(1_800_000_000, 0).UnixNano()
+			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 2}, nil, now)
+			for i := 0; ; i++ {
+				if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
+					break
+				}
+				if i > 100 {
+					t.Fatal("never short")
+				}
+			}
+			s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+			ops := s.NextOps(now, 0)
+			if len(ops) != 1 {
+				t.Fatalf("ops %d", len(ops))
+			}
+			us := share.Micros(now)
+			s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: us, Grant: 0, Expiry: us + 3_600_000_000,
+				Until: us + 2*share.Duration(iv), Now: us}}, nil, false, now) // others hold grants: not exact
+			at := now + 3*int64(iv)
+			s.Tick(at)
+			s.mu.Lock()
+			ks := s.keys[keyLim{key, lim}]
+			ks.rate, ks.hits, ks.rateAt = tc.rate, 0, share.Micros(at)
+			s.mu.Unlock()
+			w, refuse, _ := s.Short(at, at, key, lim, 1, at+int64(time.Second), nil)
+			if refuse || w == nil {
+				t.Fatalf("refused alone (%s)", s.Describe(key, lim))
+			}
+			ops = s.NextOps(at, 0)
+			if len(ops) != 1 || ops[0].Serve != tc.serve || ops[0].AskedAt == 0 {
+				t.Fatalf("ops %+v: want one op asking for the waiting request (served by the pool: %v)", ops, tc.serve)
+			}
+		})
 	}
 }

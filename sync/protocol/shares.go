@@ -526,12 +526,17 @@ func (s *Shares) Short(now, asked int64, key string, lim limit.Limit, n, deadlin
 // overLimit reports whether a request of ks short of the node's share at
 // us is refused alone while an op asks for room for the next one: the store
 // said the fleet had no room within the last overFor intervals (the nodes
-// holding grants needed theirs), no request of the key waits here, and
-// the node's demand holds a request of its own, so that the op grows its
-// share (a demand that does not is served by the pool request by request,
-// and a request must wait for that). s.mu is held.
+// holding grants needed theirs), no request of the key waits here, the
+// key is not pooled, and the node's demand holds a request of its own, so
+// that the op grows its share (a demand that does not is served by the
+// pool request by request, and a request must wait for that). A pooled
+// key's room is all in the pool, and comes when the store said: refused
+// alone, the first request after it was the one an exact limiter admits
+// (per-client keys of 1/s over 6 nodes, at random: 260 requests below an
+// exact limiter in 10 s, against 23-50 without the rule). s.mu is held.
 func (s *Shares) overLimit(ks *keyState, us int64) bool {
-	if ks.overAt == 0 || us-ks.overAt >= overFor*share.Duration(s.cfg.Interval) || len(ks.waiters) > 0 {
+	if ks.overAt == 0 || us-ks.overAt >= overFor*share.Duration(s.cfg.Interval) || len(ks.waiters) > 0 ||
+		pooledKey(ks.params, s.fleet.size()) {
 		return false
 	}
 	s.updateRate(ks, us) // its demand as of now: the op build makes will read the same
@@ -1255,7 +1260,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// A node whose demand could not hold one request of its own is served
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
-	serve := len(ks.waiters) > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks) // a request served with nobody waiting for it would be room lost
+	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
 	halfHome := share.Duration(s.cfg.HomeLease) / 2
 	if serve && us-max(ks.callSeen, ks.called) >= halfHome && (s.moved < 0.5 || ks.servedAt > 0 && us-ks.servedAt < halfHome) {
 		// Served, it grows by nothing, unless nobody else asked for the
