@@ -87,14 +87,9 @@ func ByDemand(s *Stream, out []Outcome, waits []bool, rate, burst int64) ([NumDe
 	if err != nil {
 		return by, err
 	}
-	for k := range fleet {
-		c := &by[class[k]]
-		switch d := int64(fleet[k]) - int64(exact[k]); {
-		case d > 0:
-			c.Over += d
-		case d < 0:
-			c.Under -= d
-		}
-	}
+	apart(fleet, exact, func(k int, over, under int64) {
+		by[class[k]].Over += over
+		by[class[k]].Under += under
+	})
 	return by, nil
 }

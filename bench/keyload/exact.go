@@ -59,17 +59,31 @@ func CompareExact(s *Stream, out []Outcome, rate, burst int64) (Accuracy, error)
 	if err != nil {
 		return Accuracy{}, err
 	}
+	apart(fleet, exact, func(_ int, over, under int64) {
+		acc.Over += over
+		acc.Under += under
+		if over > 0 {
+			acc.OverKeys++
+		}
+		if under > 0 {
+			acc.UnderKeys++
+		}
+	})
+	return acc, nil
+}
+
+// apart calls f with each key that the fleet and the exact limiter
+// admitted differently: what the fleet admitted beyond the exact count
+// (over) or short of it (under).
+func apart(fleet, exact []int32, f func(k int, over, under int64)) {
 	for k := range fleet {
 		switch d := int64(fleet[k]) - int64(exact[k]); {
 		case d > 0:
-			acc.Over += d
-			acc.OverKeys++
+			f(k, d, 0)
 		case d < 0:
-			acc.Under -= d
-			acc.UnderKeys++
+			f(k, 0, -d)
 		}
 	}
-	return acc, nil
 }
 
 // judge runs one exact limiter of rate per second and burst per key (GCRA

@@ -186,17 +186,6 @@ func writeIdle(b *strings.Builder, kr *keysResult) {
 	row("the traffic: decided / offered", func(r *keysRun) string {
 		return fmt.Sprintf("%s / %s", fmtCount(r.res.Decided), fmtCount(r.res.Offered))
 	})
-	for d := range keyload.NumDemands {
-		row(fmt.Sprintf("keys %s: decisions; waited; under / over exact", d), func(r *keysRun) string {
-			c := r.demand[d]
-			if c.Decided == 0 {
-				return "—"
-			}
-			n := float64(c.Decided)
-			return fmt.Sprintf("%s; %s; −%s / +%s", fmtPercent(n/float64(max(r.res.Decided, 1))), fmtPercent(float64(c.Waited)/n),
-				fmtCount(c.Under), fmtCount(c.Over))
-		})
-	}
 	row("closing: Redis CPU", closingCPU)
 	fmt.Fprintf(b, "\n")
 }
