@@ -1528,17 +1528,21 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.call(ks, r.Epoch, r.Now, r.Expiry)
 	case share.NoRoom:
 		s.stats.noRoom.Add(1)
+		if s.resets[ks.kl] >= op.At {
+			// The answer to an op made before the key was reset: of the
+			// state before. The requests ask again, of the fresh state.
+			ks.retryAt = us
+			break
+		}
 		// Refused over and over, the key is over its limit: it asks less
 		// often, up to 16 intervals apart (a key over its limit everywhere
 		// costs the store one ask a node that often, not one a request).
 		back := share.Duration(s.cfg.Interval) * int64(min(1<<(ks.refused/16), 16))
 		until := r.Until
-		if r.Exact && s.resets[ks.kl] < op.At {
+		if r.Exact {
 			// Nobody else holds any of it: nothing brings room before
 			// Until but the refill. It refuses alone until then (asking
-			// sooner would only be told the same). Unless the key was
-			// reset since the op was made: the answer may be of the state
-			// before.
+			// sooner would only be told the same).
 			back = 0
 		} else if ks.refused < 16 {
 			// Not yet refused over and over: the room a call did not
@@ -1549,9 +1553,6 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		}
 		ks.deniedUntil = max(until, us+back)
 		switch {
-		case s.resets[ks.kl] >= op.At:
-			// Reset since the op was made: the answer may be of the state
-			// before.
 		case r.Exact:
 			ks.overAt = 0 // nobody else holds any: only the refill brings room, and a request past Until asks for it
 		default:
