@@ -1552,11 +1552,9 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 			back, until = 0, min(until, us+2*share.Duration(s.cfg.Interval))
 		}
 		ks.deniedUntil = max(until, us+back)
-		switch {
-		case r.Exact:
+		ks.overAt = us
+		if r.Exact {
 			ks.overAt = 0 // nobody else holds any: only the refill brings room, and a request past Until asks for it
-		default:
-			ks.overAt = us
 		}
 	}
 	if r.Outcome == share.Done && (r.Growth > 0 || r.Served > 0) {
