@@ -35,7 +35,8 @@ func redisCPU(b *testing.B, c *redis.Client) float64 {
 }
 
 // BenchmarkShareOps is what one share op costs Redis (redis-cpu-µs/op:
-// the CPU time Redis used per op, as INFO cpu counts it), beside one Sync decision on
+// the CPU time Redis used per op, as INFO cpu counts it), beside a PING
+// (what any round trip costs it: the floor) and one Sync decision on
 // the same server: a request the pool serves (a key too small to split),
 // with only its own record in the hash and with six nodes' records, and the
 // renewal of a grant in a contest four nodes hold. Async must cost Redis no
@@ -80,6 +81,15 @@ func BenchmarkShareOps(b *testing.B) {
 		b.ReportMetric((redisCPU(b, c)-before)/float64(n), "redis-cpu-µs/op")
 	}
 
+	b.Run("ping", func(b *testing.B) {
+		// The floor: what any round trip costs Redis on this machine (its
+		// reading and answering a call), whatever the call does.
+		measure(b, func() {
+			if err := c.Ping(bg).Err(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
 	b.Run("sync-decision", func(b *testing.B) {
 		measure(b, func() {
 			if _, err := stores[0].AllowN(bg, "sync", tiny, 1); err != nil {
