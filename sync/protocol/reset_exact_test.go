@@ -3,8 +3,9 @@ package protocol_test
 // A reply computed before a reset of the key, applied after the node
 // forgave the key (Reset, or a reset heard), set deniedUntil to an exact
 // Until of the state the reset discarded: the node refused alone until then
-// on a key that is full again (found in review). An exact NoRoom to an op
-// made before the key's last reset is now taken as not exact.
+// on a key that is full again (found in review). A NoRoom, exact or not,
+// to an op made before the key's last reset now refuses nothing: the
+// requests it answers ask again, of the fresh state.
 
 import (
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hybridlimit/hybridlimit/limit"
 	"github.com/hybridlimit/hybridlimit/share"
+	"github.com/hybridlimit/hybridlimit/sync/protocol"
 )
 
 func TestAnExactNoRoomFromBeforeAResetDoesNotOutliveIt(t *testing.T) {
@@ -41,4 +43,35 @@ func TestAnExactNoRoomFromBeforeAResetDoesNotOutliveIt(t *testing.T) {
 			assert.False(t, refuse, "refused alone a second after the key was reset, on the state before it")
 		})
 	}
+}
+
+// A no-room answer to an op made before the key was reset is of the state
+// before: it refuses nothing after the reset, and the request it answers
+// asks again, of the fresh state. (Under load, the node that reset a key a
+// probe was in flight on refused its first request after the reset, and
+// the others kept refusing: TestResetAsync, make test-under-load.)
+func TestANoRoomAnswerFromBeforeAResetRefusesNothing(t *testing.T) {
+	h := newHeldGrant(t)
+	h.shortOfItsShare()
+	w, refuse, _ := h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	require.False(t, refuse)
+	ops := h.s.NextOps(h.now, 0)
+	require.Len(t, ops, 1)
+	h.now += int64(time.Millisecond)
+	h.s.Reset(h.now, h.key, h.lim, h.now)
+	us := share.Micros(h.now)
+	h.s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: h.epoch, Grant: share.One / 2, LeaseEnd: us + 10_000_000,
+		Expiry: us + 3_600_000_000, Until: us + 500_000, Now: us}}, nil, false, h.now)
+	select {
+	case <-w.Done():
+	default:
+		t.Fatal("the waiting request is not released")
+	}
+	v, _ := w.Verdict()
+	assert.Equal(t, protocol.Retry, v, "released to decide again, not refused")
+	h.shortOfItsShare()
+	w, refuse, _ = h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	assert.False(t, refuse, "not refused: the answer was of the state before the reset (%s)", h.s.Describe(h.key, h.lim))
+	assert.NotNil(t, w)
+	assert.Len(t, h.s.NextOps(h.now, 0), 1, "it asks again")
 }
