@@ -43,14 +43,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer be.close()
-	cfg := hybrid.Config{Mode: *mode, SyncInterval: *interval, Prefix: "demo:", BreakerOpenFor: 500 * time.Millisecond}
-	if be.server != nil {
-		// The redis-server this run started is up and local: only a starved
-		// machine slows the first contact (make test, its packages run
-		// beside each other, once took more than the default 2 s).
-		cfg.StartupTimeout = 10 * time.Second
-	}
-	fleet, err := startFleet(*nodes, be, cfg)
+	fleet, err := startFleet(*nodes, be, hybrid.Config{Mode: *mode, SyncInterval: *interval, Prefix: "demo:", BreakerOpenFor: 500 * time.Millisecond})
 	if err != nil {
 		return err
 	}
