@@ -21,7 +21,7 @@ func (s *Store) UseClockKey(key string) {
 	for _, sc := range []struct {
 		src string
 		to  **redis.Script
-	}{{sharesSrc, &s.scripts.shares}, {registrySrc, &s.scripts.registry}} {
+	}{{sharesSrc, &s.scripts.shares}, {registrySrc, &s.scripts.registry}, {resetSrc, &s.scripts.reset}} {
 		if !strings.Contains(sc.src, timeLines) {
 			panic("remote: a share script no longer reads TIME as UseClockKey expects")
 		}

@@ -22,7 +22,7 @@ import (
 // shareArgsPerOp and shareValuesPerOp are shares.lua's per-key values in
 // (packed in one argument: opArgs) and out.
 const (
-	shareArgsPerOp   = 29
+	shareArgsPerOp   = 30
 	shareValuesPerOp = 19
 )
 
@@ -106,7 +106,7 @@ func opArgs(p share.Params, op share.Op) []any {
 	vals := [shareArgsPerOp]int64{int64(p.Kind), p.Interval, p.Tolerance, p.Capacity, p.Period, p.Rate,
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
 		op.Want, op.AskedAt, op.Need, int64(max(op.Fleet, 1)), b(op.Pooled), b(op.Join), b(op.Leave), serve,
-		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied, op.Heard}
+		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied, op.Heard, op.ResetHeard}
 	buf := make([]byte, 0, 8*shareArgsPerOp)
 	for _, v := range vals {
 		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(float64(v)))

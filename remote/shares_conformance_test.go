@@ -204,6 +204,41 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 	assert.Equal(t, 2, st.model.Branches.JoinedSpend, "a's first report joined, its second charged from its old record")
 }
 
+// TestShareScriptsConformOnAReset: reset.lua and the model's Reset make a
+// contest's pool fresh; an op of a node that has not heard of the reset
+// gives its share back fresh, as does an answer a node never got of the
+// pool before the reset; a node that heard of it gives its state as it
+// is. Each answer the script's and the model's alike, op for op.
+func TestShareScriptsConformOnAReset(t *testing.T) {
+	st, set, now := newFleetCase(t, "a", "b")
+	lim := limit.PerHour(10)
+	p, ok := share.ParamsOf(lim)
+	require.True(t, ok)
+	op := st.keyOps(set, "k", lim, 1) // the contest waits for no join: a holds it all
+	a := op(now, "a", share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), Want: 1, Need: share.One})
+	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
+	reset := st.Reset(now+1_000, "b", "k", lim)
+
+	now += 2_000
+	op(now, "a", share.Op{Epoch: a.Epoch, Held: share.One, Keep: share.One / 2, State: p.Spent(now), ResetHeard: reset - 1})
+	assert.Equal(t, 1, st.model.Branches.BeforeReset, "a had not heard of the reset")
+	b := op(now+1_000, "b", share.Op{Epoch: a.Epoch, Want: 1, ResetHeard: reset})
+	assert.Equal(t, share.Done, b.Outcome, "what a gave back is fresh: %+v", b)
+	require.Positive(t, b.Growth)
+
+	// b never got that answer: its next op holds nothing, and the growth
+	// returns as the pool was; reset again first, it returns fresh.
+	reset = st.Reset(now+2_000, "a", "k", lim)
+	after := op(now+3_000, "b", share.Op{Epoch: a.Epoch, Want: 1, ResetHeard: reset})
+	assert.Equal(t, share.Done, after.Outcome, "%+v", after)
+	assert.Equal(t, 2, st.model.Branches.BeforeReset, "b's growth was of the pool before the second reset")
+
+	// a, having heard of both resets, gives the rest back spent: spent.
+	op(now+4_000, "a", share.Op{Epoch: a.Epoch, Held: share.One / 2, State: p.Spent(now + 4_000), ResetHeard: reset})
+	assert.Equal(t, 2, st.model.Branches.BeforeReset, "a's op before it heard, b's answer of the pool before the reset; not a's last")
+	t.Logf("the model's branches: %+v", st.model.Branches)
+}
+
 // A call abandoned at its timeout may still reach Redis after the node
 // resent its ops, had them answered and sent a key's next op. An earlier op
 // of the node's than the last one answered is such a copy: answered Wait
@@ -420,6 +455,18 @@ func (d *dualStore) Ops(now int64, node string, set share.Settings, ops []share.
 			}
 		}
 	}
+}
+
+// Reset resets (key, lim)'s contest at now from node, on both, and returns
+// the reset's µs.
+func (d *dualStore) Reset(now int64, node, key string, lim limit.Limit) int64 {
+	want := d.model.Reset(now, key, lim)
+	d.setClock(now)
+	had, at, err := d.node(node).ResetShares(context.Background(), key, lim)
+	require.NoError(d.t, err)
+	require.Equal(d.t, want, had, "seed %d, at %d µs: a contest to reset", d.seed, now)
+	require.Equal(d.t, now, share.Micros(at))
+	return now
 }
 
 func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {

@@ -78,16 +78,16 @@ func (r rvRec) pack() string {
 		r.served, r.servedAt, r.hold, r.holdUntil, r.heard)
 }
 
-// rvOp is an op's 29 values (OPARGS).
+// rvOp is an op's 30 values (OPARGS).
 type rvOp struct {
 	kind, interval, tolerance, capacity, period, rate, epoch, held, keep, level, window, count, prev, at, want,
-	asked, need, fleet, pooled, join, leave, serve, seq, full, shadow, shadowSince, owed, applied, heard float64
+	asked, need, fleet, pooled, join, leave, serve, seq, full, shadow, shadowSince, owed, applied, heard, resetHeard float64
 }
 
 func (o rvOp) pack() string {
 	return rvPack(o.kind, o.interval, o.tolerance, o.capacity, o.period, o.rate, o.epoch, o.held, o.keep, o.level,
 		o.window, o.count, o.prev, o.at, o.want, o.asked, o.need, o.fleet, o.pooled, o.join, o.leave, o.serve, o.seq,
-		o.full, o.shadow, o.shadowSince, o.owed, o.applied, o.heard)
+		o.full, o.shadow, o.shadowSince, o.owed, o.applied, o.heard, o.resetHeard)
 }
 
 func rvPack(vs ...float64) string {

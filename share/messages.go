@@ -92,6 +92,16 @@ type Op struct {
 	// come. A node with room to spare names no call: what it keeps for its
 	// demand may go unused, and the asker waits as before.
 	Heard int64
+	// ResetHeard says which resets of the key the node's State (and
+	// Shadow) are from after: it has heard of, and started afresh from,
+	// every reset made at or before ResetHeard (the store's µs). A node
+	// hears of a reset through the registry, a beat or so after it was
+	// made: an op sent meanwhile carries the state from before it, spent.
+	// The store takes the state of a node that has not heard of the
+	// contest's last reset as fresh, as the reset made the pool (given back
+	// as it was, it spent the fresh pool again: the key stayed exhausted
+	// for its period).
+	ResetHeard int64
 }
 
 // Outcome is what the store did with an op's Want.

@@ -62,6 +62,7 @@ type Branches struct {
 	JoinedSpend    int // a pooled contest charged with what a node joining it admitted alone before the fleet grew
 	HeardCalls     int // an ask told no room within the call's window: every node holding a grant had answered
 	PoolSoon       int // an ask told to wait though every node holding a grant had answered: the pool's refill brings the room within the window
+	BeforeReset    int // what returned fresh for being from before the contest's last reset: an op of a node that had not heard of it, an answer never got
 }
 
 // Add adds o's counts to b's.
@@ -77,6 +78,7 @@ func (b *Branches) Add(o Branches) {
 	b.JoinedSpend += o.JoinedSpend
 	b.HeardCalls += o.HeardCalls
 	b.PoolSoon += o.PoolSoon
+	b.BeforeReset += o.BeforeReset
 }
 
 // kl names a (key, limit).
@@ -116,6 +118,10 @@ type Hash struct {
 	// within half a home lease, and this says so without the records.
 	LastAsker string
 	LastAskAt int64
+	// ResetAt is the µs of the contest's last reset (Reset; 0: none): an op
+	// of a node that has not heard of it (share.Op.ResetHeard) carries
+	// state from before it, which returns to the pool fresh.
+	ResetAt int64
 	// Records holds each node's record.
 	Records map[string]*Record
 }
@@ -169,6 +175,22 @@ func (m *Model) Restart() {
 
 // Delete removes one key's hash, as a key evicted or deleted.
 func (m *Model) Delete(key string, lim limit.Limit) { delete(m.keys, kl{key, lim}) }
+
+// Reset is reset.lua on (key, lim)'s contest at now (µs): its pool's state
+// made fresh, the call's back-off and the creator's shadow forgotten, and
+// the reset's time kept (ResetAt). It reports whether there was a contest.
+func (m *Model) Reset(now int64, key string, lim limit.Limit) bool {
+	p, ok := share.ParamsOf(lim)
+	h := m.Hash(now, key, lim)
+	if !ok || h == nil {
+		return false
+	}
+	h.PoolState, h.PoolAt = p.Decay(share.State{}, 0, now), now
+	h.ExOK = false
+	h.CallAt, h.Quiet, h.Fails = 0, 0, 0
+	h.ResetAt = now
+	return true
+}
 
 // Hash returns (key, lim)'s hash as of now, or nil.
 func (m *Model) Hash(now int64, key string, lim limit.Limit) *Hash {
@@ -340,6 +362,19 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		fresh = true
 	}
 
+	// A node that has not heard of the contest's last reset (it hears
+	// through the registry, a beat or so later) sends its state from before
+	// it: what it gives back returns fresh, as the reset made the pool, and
+	// what it admitted alone charges nothing. (Given as it was, a spent
+	// state spent the fresh pool again: the key stayed exhausted for its
+	// period.)
+	before := h.ResetAt > op.ResetHeard
+	given := state
+	if before {
+		given = p.Decay(share.State{}, 0, now)
+		br.BeforeReset++
+	}
+
 	// A store that lost writes it had answered (its record of the node is
 	// older than the last answer the node applied: a failover to a replica
 	// they had not reached): the pool's state may be older than what was
@@ -420,7 +455,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if held > 0 && (op.Full < 0 || op.Full > h.ExSince || keep > 0) {
 			h.ExOK = false // it spent during the creator's shadow, or keeps some
 		}
-		if carriesSpend(p, op) && h.Pool > 0 {
+		if carriesSpend(p, op) && h.Pool > 0 && !before {
 			// It decided the key alone, in an even split the fleet's growth
 			// pooled, and another node made the contest first: the pool is
 			// charged with what it admitted so. (A pool a home holds all
@@ -433,7 +468,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.Records[node] = rec
 		fallthrough
 	default:
-		if carriesSpend(p, op) && rec.Grant == 0 && rec.Hold == 0 && rec.GrowthAt > 0 && op.ShadowSince > rec.GrowthAt && h.Pool > 0 {
+		if carriesSpend(p, op) && rec.Grant == 0 && rec.Hold == 0 && rec.GrowthAt > 0 && op.ShadowSince > rec.GrowthAt && h.Pool > 0 && !before {
 			// It was in the contest (an op of its was answered here: not
 			// the record this op's contest was just made with), held
 			// nothing, went back to its even split (the expiry it knew of
@@ -451,9 +486,13 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 			reply.Over = true
 		case held < rec.Grant:
 			d := rec.Grant - held
-			if rec.Growth > 0 && d == rec.Growth {
+			switch {
+			case rec.Growth > 0 && d == rec.Growth && rec.GrowthAt < h.ResetAt:
+				give(p, h, now, d, p.Decay(share.State{}, 0, now)) // an answer it never got, of the pool before the reset
+				br.BeforeReset++
+			case rec.Growth > 0 && d == rec.Growth:
 				give(p, h, now, d, p.Decay(rec.GrowthState, rec.GrowthAt, now)) // an answer it never got
-			} else {
+			default:
 				give(p, h, now, d, p.Spent(now))
 			}
 		}
@@ -487,7 +526,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		keep = max(keep+h.Pool, even)
 	}
 	if held > keep {
-		give(p, h, now, held-keep, state)
+		give(p, h, now, held-keep, given)
 	}
 	rec.Grant = keep
 	if op.Leave {

@@ -18,7 +18,8 @@
 -- the holders again at once if asked; the nodes holding
 -- grants, and every node deciding the key alone, start their own state
 -- afresh when they hear of the reset through the registry (the caller
--- sends it with its next heartbeat). The ledger (what the fleet admitted)
+-- sends it with its next heartbeat); until then, what a node gives back
+-- returns to the pool fresh (shares.lua, rs). The ledger (what the fleet admitted)
 -- is kept.
 --
 -- Returns {1 if there was anything to reset else 0, now µs}.
@@ -54,7 +55,9 @@ if raw then
     -- The holders start afresh and have room to give again: calls that
     -- came back empty before no longer hold the next one back.
     m[10], m[11], m[12] = 0, 0, 0
-    redis.call('HSET', KEYS[3], 'm', struct.pack(format, unpack(m, 1, n)))
+    -- rs: an op of a node that has not heard of it yet gives back its
+    -- state as fresh (shares.lua).
+    redis.call('HSET', KEYS[3], 'm', struct.pack(format, unpack(m, 1, n)), 'rs', now)
     had = had + 1
   end
 end

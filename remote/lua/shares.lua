@@ -13,10 +13,11 @@
 --          last set on the key), xn = the creator, r:<node> = each node's
 --          record (grant, lease, the last growth and its state, the last op
 --          and what it was told, what is held back for it, the latest call
---          it answered with nothing to spare).
+--          it answered with nothing to spare), rs = the µs of the contest's
+--          last reset (reset.lua).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, home
 --          lease µs, the number of departures the node knows of and each's
---          node and µs (share.Settings.Gone), then per key one argument, 29
+--          node and µs (share.Settings.Gone), then per key one argument, 30
 --          values packed as little-endian doubles (OPARGS: one
 --          struct.unpack, where 28 tonumbers cost Redis about 5% of the
 --          op): the limit (kind, interval ns, tolerance ns,
@@ -24,7 +25,7 @@
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
---          applied, heard).
+--          applied, heard, reset heard).
 -- Returns  now µs, then per key 19 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now, exact (no room until then, and
@@ -55,7 +56,7 @@ local META = '<dddddddddddddddddddd'
 local OLDMETA = '<ddddddddddddddddd' -- an earlier release's contest: no sums
 local REC = '<dddddddddddddddd'
 local OLDREC = '<ddddddddddddddd' -- an earlier release's record: no heard
-local OPARGS = '<' .. string.rep('d', 29) -- an op's values (ARGV above)
+local OPARGS = '<' .. string.rep('d', 30) -- an op's values (ARGV above)
 local rk = 'r:' .. node
 
 -- The fast path: a request the pool serves (Serve) on a token bucket's
@@ -89,7 +90,7 @@ end
 local fastWrote -- set once serveFast has written the contest
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
-    pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied, heard = struct.unpack(OPARGS, a)
+    pooled, _, leave, serve, seq, _, shadow, _, owedOp, applied, heard, _ = struct.unpack(OPARGS, a)
   -- (Epoch 0: a node that has not joined the contest, holding nothing; not
   -- one carrying what it admitted alone, which charges the pool.)
   -- (Each test as the general path writes it, so that a value that is not
@@ -115,7 +116,7 @@ local function serveFast(k, a)
     if x <= most then return t end
     return t + math.ceil((x - most) / 1000)
   end
-  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la')
+  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs')
   if not v[1] then
     -- No contest: this request makes it (a per-client key's first request,
     -- or its first since its contest ended), its pool the whole limit, full
@@ -237,7 +238,7 @@ local fast, nfast, read = {}, 0, {}
 local usable, seen = true, {}
 for i = 1, #KEYS do
   local a = ARGV[FIRST + i]
-  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 29 then usable = false end
+  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 30 then usable = false end
   seen[KEYS[i]] = true
 end
 for i = 1, usable and #KEYS or 0 do
@@ -388,7 +389,7 @@ end
 -- The contest (h) with its own record only; every record once all() ran.
 -- v: the contest's fields as the fast path read them (nil: read them).
 local function load(k, v)
-  v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la')
+  v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs')
   if not v[1] then return nil end
   local aggregates = #v[1] >= 160
   local m
@@ -396,7 +397,8 @@ local function load(k, v)
   local h = {key = k, epoch = m[1], expiry = m[2], pool = m[3], ps = {m[4], m[5], m[6], m[7]},
     poolAt = m[8], joins = m[9], callAt = m[10], quiet = m[11], fails = m[12], unknown = m[13],
     unknownUntil = m[14], exSince = m[15], exOK = m[16] == 1, reserved = m[17], held = 0, lapse = INF,
-    ttl = 0, exNode = v[2] or '', recs = {}, dirty = {}, whole = false, xnDirty = false, la = v[4] or false}
+    ttl = 0, exNode = v[2] or '', recs = {}, dirty = {}, whole = false, xnDirty = false, la = v[4] or false,
+    resetAt = tonumber(v[5]) or 0}
   if h.expiry <= now then
     redis.call('DEL', k) -- expired, to the µs: the contest has ended
     return nil
@@ -427,7 +429,8 @@ end
 local function newHash(p, t, k)
   return {key = k, epoch = t, expiry = 0, pool = 0, ps = decay(p, {0, 0, 0, 0}, 0, t), poolAt = t, joins = 0,
     reserved = 0, callAt = 0, quiet = 0, fails = 0, unknown = 0, unknownUntil = 0, exSince = 0, exOK = false,
-    exNode = '', held = 0, lapse = INF, ttl = 0, recs = {}, dirty = {}, whole = true, xnDirty = false, la = false}
+    exNode = '', held = 0, lapse = INF, ttl = 0, recs = {}, dirty = {}, whole = true, xnDirty = false, la = false,
+    resetAt = 0}
 end
 
 -- record is node id's record, made if absent; it will be written.
@@ -792,6 +795,15 @@ local function apply(k, p, op, read)
     isFresh = true
   end
 
+  -- A node that has not heard of the contest's last reset (it hears
+  -- through the registry, a beat or so later) sends its state from before
+  -- it: what it gives back returns fresh, as the reset made the pool, and
+  -- what it admitted alone charges nothing. (Given as it was, a spent
+  -- state spent the fresh pool again.)
+  local before = h.resetAt > op.resetHeard
+  local given = state
+  if before then given = decay(p, {0, 0, 0, 0}, 0, now) end
+
   -- A store that lost writes it had answered (its record of the node is
   -- older than the last answer the node applied: a failover): the pool is
   -- taken as wholly spent now, as in a contest it lost.
@@ -862,14 +874,14 @@ local function apply(k, p, op, read)
       r.over = 1
     end
     if held > 0 and (op.full < 0 or op.full > h.exSince or keep > 0) then h.exOK = false end
-    if carriesSpend(p, op) and h.pool > 0 then
+    if carriesSpend(p, op) and h.pool > 0 and not before then
       -- it decided the key alone before the fleet grew, and another node
       -- made the contest first: the pool is charged with that spend
       chargeSpend(p, h, op)
     end
   else
     if rec ~= nil and carriesSpend(p, op) and rec.grant == 0 and rec.hold == 0 and rec.growthAt > 0 and
-        op.shadowSince > rec.growthAt and h.pool > 0 then
+        op.shadowSince > rec.growthAt and h.pool > 0 and not before then
       -- it held nothing here (an op of its was answered: not the record
       -- this op's contest was just made with), went back to its even split
       -- and decided the key alone since its last op: charged, as a join
@@ -882,7 +894,9 @@ local function apply(k, p, op, read)
       r.over = 1
     elseif held < rec.grant then
       local d = rec.grant - held
-      if rec.growth > 0 and d == rec.growth then
+      if rec.growth > 0 and d == rec.growth and rec.growthAt < h.resetAt then
+        give(p, h, d, decay(p, {0, 0, 0, 0}, 0, now)) -- the pool's state then was from before the reset
+      elseif rec.growth > 0 and d == rec.growth then
         give(p, h, d, decay(p, rec.gs, rec.growthAt, now))
       else
         give(p, h, d, spent(p, now))
@@ -910,7 +924,7 @@ local function apply(k, p, op, read)
   -- 4. What it gives back; while the pool owes share, a node holding more
   -- than an even split pays the debt from the excess.
   if h.pool < 0 and keep > e then keep = math.max(keep + h.pool, e) end
-  if held > keep then give(p, h, held - keep, state) end
+  if held > keep then give(p, h, held - keep, given) end
   setShare(h, rec, keep, 0)
   if op.leave then
     cap(h)
@@ -1078,7 +1092,7 @@ for i = 1, #KEYS do
     local op = {epoch = v[7], held = v[8], keep = v[9], state = {v[10], v[11], v[12], v[13]}, at = v[14],
       want = v[15], asked = v[16], need = v[17], fleet = v[18], pooled = v[19] == 1, join = v[20] == 1,
       leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
-      shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28], heard = v[29]}
+      shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28], heard = v[29], resetHeard = v[30]}
     local ok, res = pcall(apply, KEYS[i], p, op, read[i])
     if ok then
       local x = res.pool

@@ -75,3 +75,32 @@ func TestANoRoomAnswerFromBeforeAResetRefusesNothing(t *testing.T) {
 	assert.NotNil(t, w)
 	assert.Len(t, h.s.NextOps(h.now, 0), 1, "it asks again")
 }
+
+// An op says which resets of its key its state is from after
+// (share.Op.ResetHeard): before the node made or heard of one, only those
+// older than an active window (the registry no longer holds them); after,
+// the latest. The store takes the state of an op from before the contest's
+// last reset as fresh: were the reset the node made not in its next op, a
+// give of its state, fresh after the reset, would be taken as fresh again.
+func TestAnOpSaysWhichResetsItHeard(t *testing.T) {
+	h := newHeldGrant(t)
+	h.shortOfItsShare()
+	_, refuse, _ := h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	require.False(t, refuse)
+	ops := h.s.NextOps(h.now, 0)
+	require.Len(t, ops, 1)
+	us := share.Micros(h.now)
+	assert.Less(t, ops[0].ResetHeard, us, "no reset heard: only those older than an active window")
+	assert.GreaterOrEqual(t, ops[0].ResetHeard, us-share.Duration(time.Minute), "every reset older than an active window")
+	h.now += int64(time.Millisecond)
+	h.s.Reset(h.now, h.key, h.lim, h.now)
+	reset := share.Micros(h.now)
+	h.s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: h.epoch, Grant: share.One / 2, LeaseEnd: us + 10_000_000,
+		Expiry: us + 3_600_000_000, Until: us + 500_000, Now: us}}, nil, false, h.now)
+	h.shortOfItsShare()
+	_, refuse, _ = h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	require.False(t, refuse)
+	ops = h.s.NextOps(h.now, 0)
+	require.Len(t, ops, 1)
+	assert.Equal(t, reset, ops[0].ResetHeard, "the reset it made")
+}

@@ -1112,6 +1112,16 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 	}
 }
 
+// resetHeardBy is what an op of kl made at us says of the resets it heard
+// (share.Op.ResetHeard): the latest reset of kl it heard or made, and every
+// reset older than an active window (the registry keeps a reset that long,
+// and a node in the fleet reads it several times a window: it has heard
+// of them, or, cut off for longer, it sends its state as it is). s.mu is
+// held.
+func (s *Shares) resetHeardBy(kl keyLim, us int64) int64 {
+	return max(s.resets[kl], us-share.Duration(s.cfg.ActiveWindow))
+}
+
 // forgive forgets that the fleet had no room for kl: it was reset. s.mu is
 // held.
 func (s *Shares) forgive(kl keyLim) {
@@ -1291,7 +1301,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	op := &share.Op{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: ks.epoch, Held: int64(held), Keep: keep, State: st, At: us,
 		Want: want, AskedAt: asked, Need: need, Fleet: s.fleet.size(), Pooled: pooledKey(ks.params, s.fleet.size()),
 		Join: in&wantJoin != 0, Leave: in&wantLeave != 0, Serve: serve, Each: max(each, 0), Seq: s.seq, Owed: snap.Owed, Applied: ks.applied,
-		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since)}
+		Full: -1, Shadow: shadow.Level, ShadowSince: share.Micros(shadow.Since), ResetHeard: s.resetHeardBy(ks.kl, us)}
 	if shadow.Full >= 0 {
 		op.Full = share.Micros(shadow.Full)
 	}
