@@ -104,3 +104,47 @@ func TestAnOpSaysWhichResetsItHeard(t *testing.T) {
 	require.Len(t, ops, 1)
 	assert.Equal(t, reset, ops[0].ResetHeard, "the reset it made")
 }
+
+// A node that answered another node's call on a key with its state from
+// before a reset it had not heard of yet (spent: nothing to spare) answers
+// the call again once it hears of the reset, with the fresh state. Before,
+// the asker was refused while this node held the key fresh and admitted
+// its whole burst alone (TestResetAsync on a busy machine: the resetting
+// node's first request refused).
+func TestACallAnsweredBeforeAResetIsAnsweredAgainAfterIt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		callAt  func(reset int64) int64
+		answers bool
+	}{
+		{"a call after the reset", func(r int64) int64 { return r + 100 }, true},
+		{"a call before the reset", func(r int64) int64 { return r - 100 }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHeldGrant(t)
+			h.spend()
+			h.advance(testInterval)
+			h.spend() // its demand goes on, beyond its share's refill
+			us := share.Micros(h.now)
+			reset := us + 1_000
+			callAt := tc.callAt(reset)
+			h.s.Heard(share.Contest{Key: h.key, Limit: h.lim, Epoch: h.epoch, CallAt: callAt, Expiry: us + 3_600_000_000}, h.now)
+			ops := h.s.NextOps(h.now, 0)
+			require.Len(t, ops, 1, "the call is answered")
+			require.Equal(t, ops[0].Held, ops[0].Keep, "spent: nothing to spare: %+v (%s)", ops[0], h.s.Describe(h.key, h.lim))
+			require.Less(t, ops[0].ResetHeard, reset, "not heard of the reset yet")
+			h.s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: h.epoch, Grant: ops[0].Keep, LeaseEnd: us + 10_000_000,
+				Expiry: us + 3_600_000_000, Now: us}}, nil, false, h.now)
+			h.now += int64(testInterval)
+			h.s.Heard(share.Contest{Key: h.key, Limit: h.lim, Reset: reset, Expiry: reset + 1_000_000}, h.now)
+			ops = h.s.NextOps(h.now, 0)
+			if !tc.answers {
+				assert.Empty(t, ops, "a call the reset made moot: the next ask calls again")
+				return
+			}
+			require.Len(t, ops, 1, "the call is answered again (%s)", h.s.Describe(h.key, h.lim))
+			assert.Equal(t, reset, ops[0].ResetHeard)
+			assert.Less(t, ops[0].Keep, ops[0].Held, "fresh: it has room to spare")
+		})
+	}
+}

@@ -1109,6 +1109,15 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 	if !first {
 		s.eng.Restart(share.Nanos(now), kl.key, kl.lim)
 		s.stats.resets.Add(1)
+		// Another node's call since the reset was answered (or is about to
+		// be) with the state before it: spent, nothing to spare. It is
+		// answered again, with the fresh state: else the asker is refused
+		// while this node holds the key fresh (TestResetAsync: the
+		// resetting node refused, the home that had answered its call
+		// admitting the fresh burst alone).
+		if ks := s.keys[kl]; ks != nil && ks.grant > 0 && ks.callSeen >= at && ks.callSeen != ks.called && len(ks.waiters) == 0 {
+			s.enqueue(ks, wantGive)
+		}
 	}
 }
 
