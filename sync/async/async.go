@@ -71,7 +71,9 @@ type Deps struct {
 
 // Runner reconciles a Async-mode node: it runs the share protocol (Shares)
 // against the store, a heartbeat every interval and each op as soon as it
-// is ready, and keeps the ledger. No decision waits on it, except a
+// is ready (on a busy node, an op no request waits on is gathered with
+// those that follow for up to a tenth of the interval: gather), and keeps
+// the ledger. No decision waits on it, except a
 // request the node's share cannot admit, which may wait for the fleet up to
 // AskWait (Ask).
 type Runner struct {
@@ -86,6 +88,10 @@ type Runner struct {
 	// rest), and a request that asks wakes them.
 	resting atomic.Bool
 	sending sync.Mutex // one call of ops at a time
+	// gather is how long the sender waits for more ops before a call,
+	// lastCall when the last call of ops began (Unix ns; zero: none yet).
+	gather   gather
+	lastCall atomic.Int64
 
 	ledger *ledger
 	// opsBatch and ledgerBatch size the calls of ops and of the ledger,
@@ -122,7 +128,8 @@ func New(cfg Config, deps Deps) (*Runner, error) {
 	}
 	a := &Runner{Runner: round.New(cfg.Interval, cfg.Jitter, cfg.OnRound), cfg: cfg, deps: deps, log: cfg.Logger,
 		wakeOps: make(chan struct{}, 1), wakeBeat: make(chan struct{}, 1), wakeTick: make(chan struct{}, 1),
-		ledger: newLedger(cfg.MaxPending), opsBatch: newBatch(cfg.BatchSize), ledgerBatch: newBatch(cfg.BatchSize)}
+		ledger: newLedger(cfg.MaxPending), opsBatch: newBatch(cfg.BatchSize), ledgerBatch: newBatch(cfg.BatchSize),
+		gather: newGather(cfg.Interval)}
 	a.ledger.now = deps.Clock.Now
 	timeout := cfg.CallTimeout
 	if timeout == 0 {
@@ -350,8 +357,33 @@ func (a *Runner) sendLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.wakeOps:
+			if !a.gatherOps(ctx) {
+				return
+			}
 			a.send(ctx)
 		}
+	}
+}
+
+// gatherOps waits, while the node is busy and no op to send has a request
+// waiting on it, for the ops made in the gather window to go in the same
+// call (gather); false if ctx ended meanwhile.
+func (a *Runner) gatherOps(ctx context.Context) bool {
+	last := time.Time{}
+	if ns := a.lastCall.Load(); ns != 0 {
+		last = time.Unix(0, ns)
+	}
+	d := a.gather.before(a.deps.Clock.Now(), last)
+	if d <= 0 || a.sh.Urgent() {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -368,6 +400,7 @@ func (a *Runner) send(ctx context.Context) error {
 			return nil
 		}
 		replies := make([]share.Reply, len(ops)) // the call's own, as the beat's reply
+		a.lastCall.Store(a.deps.Clock.Now().UnixNano())
 		timeout, sent := a.Timeout(ctx, a.timeout), time.Now()
 		_, err := breaker.Call(ctx, a.deps.Breaker, timeout, func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, a.deps.Store.ShareOps(ctx, set, ops, replies)

@@ -1025,6 +1025,21 @@ func (s *Shares) Listening() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.l
 // runner need not wake its sender.
 func (s *Shares) Pending() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) > 0 }
 
+// Urgent reports whether an op to send has a request waiting on it: an
+// ask, or an answer to a call (the asker's request waits on it). The
+// runner sends those at once, and may gather the others (renewals, growth
+// before a request is short, idle keys given back) into fewer calls.
+func (s *Shares) Urgent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ks := range s.queue {
+		if (ks.op == nil || ks.retry) && (len(ks.waiters) > 0 || ks.intents&(wantAsk|wantGive|wantJoin) != 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // Waiting reports whether a request waits for room on some key.
 func (s *Shares) Waiting() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.waiting) > 0 }
 
