@@ -1,0 +1,78 @@
+package sharesim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hybridlimit/hybridlimit/limit"
+)
+
+// BenchmarkSpreadDemand runs one key of 10/s, burst 10, over 4 nodes, its
+// requests arriving at random instants (Poisson) at a rate from half the
+// limit to ten times it, each to a node drawn at random (W1's routing) or,
+// skewed, 70% to one node: what the share protocol costs the store per
+// request, in simulated time. It reports ops/request (the store's work),
+// admitted/s against the limit's 10 (exactness over the limit: an exact
+// limiter admits 10 a second), and the share of decisions answered by the
+// store (remote). The run is deterministic: one iteration tells all; b.N
+// repeats it.
+//
+//	go test ./internal/sharesim -run '^$' -bench SpreadDemand -benchtime 1x
+func BenchmarkSpreadDemand(b *testing.B) {
+	for _, rate := range []float64{5, 12, 20, 40, 100} {
+		for _, skew := range []float64{0, 0.7} {
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) {
+				var ops, requests, decisions, admitted, remote int64
+				for range b.N {
+					ops, requests, decisions, admitted, remote = 0, 0, 0, 0, 0
+					for seed := int64(1); seed <= 4; seed++ {
+						sc := spreadScenario(seed, rate, skew)
+						rec := Run(sc)
+						ops += rec.Ops
+						requests += int64(len(sc.Requests))
+						for _, d := range rec.Decisions {
+							if d.At < 2*time.Second { // the fleet's first two seconds: its start
+								continue
+							}
+							decisions++
+							if d.Allowed {
+								admitted++
+							}
+							if d.Source == Remote {
+								remote++
+							}
+						}
+					}
+				}
+				b.ReportMetric(float64(ops)/float64(requests), "ops/request")
+				b.ReportMetric(float64(admitted)/4/8, "admitted/s")
+				b.ReportMetric(100*float64(remote)/float64(decisions), "%remote")
+			})
+		}
+	}
+}
+
+// spreadScenario is one run of BenchmarkSpreadDemand: 10 s, 4 nodes, the
+// default interval (20 ms), one key.
+func spreadScenario(seed int64, rate, skew float64) *Scenario {
+	r := rand.New(rand.NewPCG(uint64(seed), 7))
+	sc := &Scenario{Seed: seed, Interval: 20 * time.Millisecond, AskWait: 40 * time.Millisecond, Lease: time.Second,
+		ActiveWindow: time.Second, Duration: 10 * time.Second, FleetSize: 4}
+	sc.Nodes = make([]Node, 4)
+	for i := range sc.Nodes {
+		sc.Nodes[i].Leave = sc.Duration
+	}
+	sc.Keys = []Key{{Name: "k", Limits: []limit.Limit{limit.Per(10, time.Second).WithBurst(10).Canonical()}, Routing: Random,
+		Fraction: rate / 10, Weight: 1}}
+	for at := time.Duration(0); at < sc.Duration; {
+		at += time.Duration(r.ExpFloat64() / rate * float64(time.Second))
+		node := r.IntN(len(sc.Nodes))
+		if r.Float64() < skew {
+			node = 0
+		}
+		sc.Requests = append(sc.Requests, Request{At: at, Node: node, N: 1})
+	}
+	return sc
+}
