@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
 	"github.com/hybridlimit/hybridlimit/limit"
+	"github.com/hybridlimit/hybridlimit/share"
 )
 
 // BenchmarkSpreadDemand runs one key of 10/s, burst 10, over 4 nodes, its
@@ -25,11 +27,12 @@ func BenchmarkSpreadDemand(b *testing.B) {
 		for _, skew := range []float64{0, 0.7} {
 			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) {
 				var ops, requests, decisions, admitted, remote int64
+				var kinds opKinds
 				for range b.N {
-					ops, requests, decisions, admitted, remote = 0, 0, 0, 0, 0
+					ops, requests, decisions, admitted, remote, kinds = 0, 0, 0, 0, 0, opKinds{}
 					for seed := int64(1); seed <= 4; seed++ {
 						sc := spreadScenario(seed, rate, skew)
-						rec := Run(sc)
+						rec := RunOn(sc, &kindStore{ModelStore: ModelStore{Model: storemodel.New(share.Duration(sc.ActiveWindow))}, kinds: &kinds})
 						ops += rec.Ops
 						requests += int64(len(sc.Requests))
 						for _, d := range rec.Decisions {
@@ -49,6 +52,12 @@ func BenchmarkSpreadDemand(b *testing.B) {
 				b.ReportMetric(float64(ops)/float64(requests), "ops/request")
 				b.ReportMetric(float64(admitted)/4/8, "admitted/s")
 				b.ReportMetric(100*float64(remote)/float64(decisions), "%remote")
+				for _, k := range []struct {
+					name string
+					n    int
+				}{{"asks", kinds.ask}, {"serves", kinds.serve}, {"gives", kinds.give}, {"renewals", kinds.renew}, {"calls", kinds.call}} {
+					b.ReportMetric(float64(k.n)/float64(requests), k.name+"/request")
+				}
 			})
 		}
 	}
@@ -75,4 +84,35 @@ func spreadScenario(seed int64, rate, skew float64) *Scenario {
 		sc.Requests = append(sc.Requests, Request{At: at, Node: node, N: 1})
 	}
 	return sc
+}
+
+// opKinds counts ops by what they carried: a request waiting (ask: grown;
+// serve: the pool admits it), share given back, a lease renewed (and
+// anything else: joins, growth before a request is short), and the asks
+// answered Call.
+type opKinds struct{ ask, serve, give, renew, call int }
+
+// kindStore is the model store, counting the ops it applies by kind.
+type kindStore struct {
+	ModelStore
+	kinds *opKinds
+}
+
+func (k *kindStore) Ops(now int64, node string, set share.Settings, ops []share.Op, replies []share.Reply) {
+	k.ModelStore.Ops(now, node, set, ops, replies)
+	for i, op := range ops {
+		switch {
+		case op.Want > 0 && op.Serve:
+			k.kinds.serve++
+		case op.Want > 0:
+			k.kinds.ask++
+		case op.Held > op.Keep:
+			k.kinds.give++
+		default:
+			k.kinds.renew++
+		}
+		if replies[i].Outcome == share.Call {
+			k.kinds.call++
+		}
+	}
 }
