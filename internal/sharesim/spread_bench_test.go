@@ -23,60 +23,80 @@ import (
 //
 //	go test ./internal/sharesim -run '^$' -bench SpreadDemand -benchtime 1x
 func BenchmarkSpreadDemand(b *testing.B) {
+	lim := limit.Per(10, time.Second).WithBurst(10).Canonical()
 	for _, rate := range []float64{5, 12, 20, 40, 100} {
 		for _, skew := range []float64{0, 0.7} {
-			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) {
-				var ops, requests, decisions, admitted, remote int64
-				var kinds opKinds
-				for range b.N {
-					ops, requests, decisions, admitted, remote, kinds = 0, 0, 0, 0, 0, opKinds{}
-					for seed := int64(1); seed <= 4; seed++ {
-						sc := spreadScenario(seed, rate, skew)
-						rec := RunOn(sc, &kindStore{ModelStore: ModelStore{Model: storemodel.New(share.Duration(sc.ActiveWindow))}, kinds: &kinds})
-						ops += rec.Ops
-						requests += int64(len(sc.Requests))
-						for _, d := range rec.Decisions {
-							if d.At < 2*time.Second { // the fleet's first two seconds: its start
-								continue
-							}
-							decisions++
-							if d.Allowed {
-								admitted++
-							}
-							if d.Source == Remote {
-								remote++
-							}
-						}
-					}
-				}
-				b.ReportMetric(float64(ops)/float64(requests), "ops/request")
-				b.ReportMetric(float64(admitted)/4/8, "admitted/s")
-				b.ReportMetric(100*float64(remote)/float64(decisions), "%remote")
-				for _, k := range []struct {
-					name string
-					n    int
-				}{{"asks", kinds.ask}, {"serves", kinds.serve}, {"gives", kinds.give}, {"renewals", kinds.renew}, {"calls", kinds.call}} {
-					b.ReportMetric(float64(k.n)/float64(requests), k.name+"/request")
-				}
-			})
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 4, lim, rate, skew) })
 		}
 	}
 }
 
-// spreadScenario is one run of BenchmarkSpreadDemand: 10 s, 4 nodes, the
-// default interval (20 ms), one key.
-func spreadScenario(seed int64, rate, skew float64) *Scenario {
+// BenchmarkPooledDemand is BenchmarkSpreadDemand for a per-client key of
+// 1/s, burst 1, over 6 nodes (pooled: one request weighs more than an even
+// split), at rates from half its limit to ten times it: the per-client
+// workload of make bench-keys, whose random routing Async must serve no
+// worse than Sync (one op a request, a request never waiting longer).
+func BenchmarkPooledDemand(b *testing.B) {
+	lim := limit.PerSecond(1).WithBurst(1).Canonical()
+	for _, rate := range []float64{0.5, 1, 2, 10} {
+		for _, skew := range []float64{0, 0.7} {
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 6, lim, rate, skew) })
+		}
+	}
+}
+
+// benchSpread runs spreadScenario on four seeds and reports what it cost
+// and what it admitted after the fleet's first two seconds, and how many
+// decisions the store answered or made wait past AskWait (late).
+func benchSpread(b *testing.B, nodes int, lim limit.Limit, rate, skew float64) {
+	var ops, requests, decisions, admitted, exact, remote int64
+	var kinds opKinds
+	for range b.N {
+		ops, requests, decisions, admitted, exact, remote, kinds = 0, 0, 0, 0, 0, 0, opKinds{}
+		for seed := int64(1); seed <= 4; seed++ {
+			sc := spreadScenario(seed, nodes, lim, rate, skew)
+			exact += exactAdmits(sc.Requests, lim, 2*time.Second)
+			rec := RunOn(sc, &kindStore{ModelStore: ModelStore{Model: storemodel.New(share.Duration(sc.ActiveWindow))}, kinds: &kinds})
+			ops += rec.Ops
+			requests += int64(len(sc.Requests))
+			for _, d := range rec.Decisions {
+				if d.At < 2*time.Second { // the fleet's first two seconds: its start
+					continue
+				}
+				decisions++
+				if d.Allowed {
+					admitted++
+				}
+				if d.Source == Remote {
+					remote++
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(ops)/float64(requests), "ops/request")
+	b.ReportMetric(float64(admitted)/4/8, "admitted/s")
+	b.ReportMetric(float64(exact)/4/8, "exact/s")
+	b.ReportMetric(100*float64(remote)/float64(decisions), "%remote")
+	for _, k := range []struct {
+		name string
+		n    int
+	}{{"asks", kinds.ask}, {"serves", kinds.serve}, {"gives", kinds.give}, {"renewals", kinds.renew}, {"calls", kinds.call}} {
+		b.ReportMetric(float64(k.n)/float64(requests), k.name+"/request")
+	}
+}
+
+// spreadScenario is one run of the benchmarks above: 10 s, nodes nodes, the
+// default interval (20 ms), one key under lim.
+func spreadScenario(seed int64, nodes int, lim limit.Limit, rate, skew float64) *Scenario {
 	r := rand.New(rand.NewPCG(uint64(seed), 7))
 	sc := &Scenario{Seed: seed, Interval: 20 * time.Millisecond, AskWait: 40 * time.Millisecond, Lease: time.Second,
-		ActiveWindow: time.Second, Duration: 10 * time.Second, FleetSize: 4}
-	sc.Nodes = make([]Node, 4)
+		ActiveWindow: time.Second, Duration: 10 * time.Second, FleetSize: nodes}
+	sc.Nodes = make([]Node, nodes)
 	for i := range sc.Nodes {
 		sc.Nodes[i].Leave = sc.Duration
 	}
-	sc.Keys = []Key{{Name: "k", Limits: []limit.Limit{limit.Per(10, time.Second).WithBurst(10).Canonical()}, Routing: Random,
-		Fraction: rate / 10, Weight: 1}}
-	for at := time.Duration(0); at < sc.Duration; {
-		at += time.Duration(r.ExpFloat64() / rate * float64(time.Second))
+	sc.Keys = []Key{{Name: "k", Limits: []limit.Limit{lim}, Routing: Random, Fraction: rate / perSecond(lim), Weight: 1}}
+	for at := time.Duration(r.ExpFloat64() / rate * float64(time.Second)); at < sc.Duration; at += time.Duration(r.ExpFloat64() / rate * float64(time.Second)) {
 		node := r.IntN(len(sc.Nodes))
 		if r.Float64() < skew {
 			node = 0
@@ -84,6 +104,26 @@ func spreadScenario(seed int64, rate, skew float64) *Scenario {
 		sc.Requests = append(sc.Requests, Request{At: at, Node: node, N: 1})
 	}
 	return sc
+}
+
+// exactAdmits is how many of reqs (weight 1, in time order) one exact token
+// bucket of lim admits from from on, having seen every request before.
+func exactAdmits(reqs []Request, lim limit.Limit, from time.Duration) int64 {
+	t := lim.Period / time.Duration(lim.Rate) // the emission interval
+	tau := time.Duration(lim.Capacity()) * t
+	var tat time.Duration
+	n := int64(0)
+	for _, r := range reqs {
+		next := max(tat, r.At) + t
+		if next-r.At > tau {
+			continue
+		}
+		tat = next
+		if r.At >= from {
+			n++
+		}
+	}
+	return n
 }
 
 // opKinds counts ops by what they carried: a request waiting (ask: grown;
