@@ -92,8 +92,12 @@ type span struct {
 	// fraction of the limit's: one even split ((N−1)/N) for a node joining,
 	// leaving, a fleet starting together (with or without FleetSize: the
 	// protocol promises it) or a fault that makes every node decide in one
-	// over the fleet.
+	// over the fleet; the whole capacity for a reset (resetSpan).
 	change float64
+	// opens is, for a reset's span, the segment of the series the reset
+	// opens (cuts): its term counts in the bound of that segment alone.
+	// Zero: every segment.
+	opens int
 }
 
 // disturbed returns the spans around sc's faults and changes of the fleet,
@@ -162,7 +166,8 @@ func disturbed(sc *Scenario, refill time.Duration) []span {
 	return out
 }
 
-// Check holds rec to the promises.
+// Check holds rec to the promises: each (key, limit) series to the bound
+// and to compliance, segment by segment between its resets (cuts).
 func Check(rec *Record) *Result {
 	sc := rec.Scenario
 	res := &Result{Scenario: sc, Worst: -1e18, Ops: rec.Ops, Beats: rec.Beats, Decisions: len(rec.Decisions)}
@@ -190,10 +195,12 @@ func Check(rec *Record) *Result {
 	for _, s := range keys {
 		ds := by[s]
 		slices.SortStableFunc(ds, func(a, b Decision) int { return int(a.At - b.At) })
-		res.bound(sc, s.key, s.li, ds)
-		res.compliance(sc, s.key, s.li, ds)
+		cut := cutsOf(rec, s.key, s.li)
+		res.bound(sc, s.key, s.li, ds, cut)
+		res.compliance(sc, s.key, s.li, ds, cut)
 	}
 	res.Coverage.Series, res.Coverage.Windows = res.Series, res.Windows
+	res.Coverage.resets(rec)
 	return res
 }
 
@@ -206,21 +213,45 @@ func refillOf(lim limit.Limit) time.Duration {
 }
 
 // bound holds one series to the bound over every window length that
-// matters.
-func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
-	key := sc.Keys[k]
-	lim := key.Limits[li]
-	var events []fleetcheck.Event
+// matters: each of its segments (cut by its resets, by the time the fleet
+// decided each admission) as a fresh key.
+func (r *Result) bound(sc *Scenario, k, li int, ds []Decision, cut cuts) {
+	segs := make([][]fleetcheck.Event, len(cut.at)+1)
+	admitted := false
 	for _, d := range ds {
 		if d.Allowed {
-			events = append(events, fleetcheck.Event{At: d.At, N: d.N})
+			i := cut.segment(d.At)
+			segs[i] = append(segs[i], fleetcheck.Event{At: d.At, N: d.N})
+			admitted = true
 		}
 	}
-	if len(events) == 0 {
+	if !admitted {
 		return
 	}
 	r.Series++
-	spans := disturbed(sc, refillOf(lim))
+	spans := append(disturbed(sc, refillOf(sc.Keys[k].Limits[li])), cut.spans...)
+	for seg, events := range segs {
+		if len(events) == 0 {
+			continue
+		}
+		windows := r.Windows
+		ok := r.boundSegment(sc, k, li, seg, events, spans)
+		if seg > 0 {
+			r.Coverage.Resets.Windows += r.Windows - windows
+		}
+		if !ok {
+			return
+		}
+	}
+}
+
+// boundSegment holds segment seg of a series (its admissions, events) to
+// the bound, as a fresh key: the reset that opened it (if any) adds its
+// term, the others do not. It reports whether it held.
+func (r *Result) boundSegment(sc *Scenario, k, li, seg int, events []fleetcheck.Event, all []span) bool {
+	spans := slices.DeleteFunc(slices.Clone(all), func(sp span) bool { return sp.opens != 0 && sp.opens != seg })
+	key := sc.Keys[k]
+	lim := key.Limits[li]
 	n := float64(len(sc.Nodes))
 	c := float64(lim.Capacity())
 	perSecond := float64(lim.Rate) / lim.Period.Seconds()
@@ -275,12 +306,31 @@ func (r *Result) bound(sc *Scenario, k, li int, ds []Decision) {
 				r.WorstWhat = fmt.Sprintf("(%s [%v] %v: %d admitted in %v at %v, bound %.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound)
 			}
 			if excess > 0 {
-				r.violate("bound: %s [%v] (%v): %d admitted within %v from %v, bound %.1f (%+.1f)", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound, excess)
-				r.class(fmt.Sprintf("bound: %v%s", key.Routing, meets(spans, from, to)))
-				return
+				r.violate("bound: %s [%v] (%v): %d admitted within %v from %v, bound %.1f (%+.1f)%s", key.Name, lim, key.Routing, sum, w, from.Round(time.Millisecond), bound, excess, afterReset(seg))
+				r.class(fmt.Sprintf("bound: %v%s%s", key.Routing, meets(spans, from, to), afterReset(seg)))
+				return false
 			}
 		}
 	}
+	return true
+}
+
+// sinceReset says, for a failing request seen at seen in segment seg, how
+// long after the reset that opened it.
+func sinceReset(cut cuts, seg int, seen time.Duration) string {
+	if seg == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %v after a reset", (seen - cut.at[seg-1]).Round(time.Microsecond))
+}
+
+// afterReset says, for a violation in segment seg of its series, that it
+// came after a reset.
+func afterReset(seg int) string {
+	if seg == 0 {
+		return ""
+	}
+	return ", after a reset"
 }
 
 func abs(d time.Duration) time.Duration {
@@ -318,13 +368,19 @@ func abs(d time.Duration) time.Duration {
 // the standard but not judged. Joins, a fleet starting together and
 // graceful leaves are judged.
 //
+// A reset made cuts the series (cuts): the requests seen from it on are
+// judged against a fresh exact limiter, as a fresh key, with their own
+// requests over the limit; those sent around it, while the other nodes
+// hear of it (resetSpan), or seen by their node then, are fed to the
+// standard but not judged.
+//
 // The one tolerance is the wait: a request is late when it was decided
 // more than AskWait after the node first took it, plus a millisecond for
 // the reply's trip back from the store (the longest hop, spikes included,
 // is under 2 ms; the answer's trip is half a round trip). The time a
 // request spent before its node's first heartbeat (a node that has just
 // joined cannot decide yet) is not counted.
-func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
+func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision, cut cuts) {
 	key := sc.Keys[k]
 	lim := key.Limits[li]
 	seen := slices.Clone(ds)
@@ -337,32 +393,37 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 		}
 		return a.Req - b.Req
 	})
-	spans := disturbed(sc, refillOf(lim))
+	spans := append(disturbed(sc, refillOf(lim)), cut.spans...)
 	refill := refillOf(lim)
 	// The standard's verdict on each request, in the order seen, and the
-	// times of those it refuses.
-	std := newExact(lim)
+	// times of those it refuses, segment by segment: a fresh exact limiter
+	// from each reset on.
 	conform := make([]bool, len(seen))
 	room := make([]float64, len(seen)) // the standard's room left after each
-	var overs []time.Duration
-	for i, d := range seen {
+	overs := make([][]time.Duration, len(cut.at)+1)
+	seg := cut.standard(lim, seen, func(i int, std *exact) {
+		d := seen[i]
 		conform[i] = std.admit(base+int64(d.Seen), d.N)
 		room[i] = std.room(base + int64(d.Seen))
 		if !conform[i] {
-			overs = append(overs, d.Seen)
+			s := cut.segment(d.Seen)
+			overs[s] = append(overs[s], d.Seen)
 			if d.Allowed {
 				std.charge(base+int64(d.Seen), d.N)
 			}
 		}
-	}
+	})
 	edge := sc.AskWait + time.Millisecond
 	judged := make(map[int]bool, len(seen)) // by request
 	refused, late, n := 0, 0, 0
 	first, class := "", ""
 	cov := &r.Coverage
+	after := make([]segCount, len(cut.at)+1) // each segment's decisions, judged and failed
 	for i, d := range seen {
+		after[seg[i]].decisions++
 		// The first request over the limit at or after this one, and the
-		// last before it.
+		// last before it, in its segment.
+		overs := overs[seg[i]]
 		j, _ := slices.BinarySearch(overs, d.Seen)
 		switch {
 		case !conform[i] || j > 0 && d.Seen < overs[j-1]+refill:
@@ -372,12 +433,13 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 			cov.exclude("at the edge of the limit (within AskWait before a request over it)")
 			continue
 		}
-		if sp, relaxed := relaxing(spans, d.Sent); relaxed {
+		if sp, relaxed := cut.relaxing(spans, d); relaxed {
 			cov.exclude(sp.what)
 			continue
 		}
 		n++
 		judged[d.Req] = true
+		after[seg[i]].judged++
 		switch {
 		case !d.Allowed:
 			refused++
@@ -386,19 +448,21 @@ func (r *Result) compliance(sc *Scenario, k, li int, ds []Decision) {
 		default:
 			continue
 		}
+		after[seg[i]].failed++
 		if first == "" {
 			var prev *Decision
 			if i > 0 {
 				prev = &seen[i-1]
 			}
-			class = "compliance: " + circumstance(sc, lim, d, prev, refill, room[i])
-			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %v%s)", d.Node, d.Sent.Round(time.Microsecond),
-				map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.First, d.Source, near(spans, d.Sent))
+			class = "compliance: " + circumstance(sc, lim, d, prev, refill, room[i]) + afterReset(seg[i])
+			first = fmt.Sprintf("node %d at %v (%v, waited %v, source %v%s%s)", d.Node, d.Sent.Round(time.Microsecond),
+				map[bool]string{true: "admitted", false: "refused"}[d.Allowed], d.At-d.First, d.Source, near(spans, d.Sent), sinceReset(cut, seg[i], d.Seen))
 		}
 	}
 	cov.judge(sc, key, lim, ds, judged, n, refused+late)
-	if len(overs) > 0 {
-		cov.over(key.Routing, lim, seen, spans)
+	cov.Resets.segments(after[1:])
+	if slices.ContainsFunc(overs, func(o []time.Duration) bool { return len(o) > 0 }) {
+		cov.over(key.Routing, lim, seen, spans, cut)
 	}
 	r.Compliant += n
 	r.Refused += refused

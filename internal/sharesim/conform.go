@@ -44,9 +44,7 @@ func (e *exact) admit(unix, n int64) bool {
 	now := float64(unix - base)
 	switch e.lim.Algorithm {
 	case limit.TokenBucket, limit.LeakyBucket:
-		if !e.started {
-			e.tat, e.started = now, true // a full bucket
-		}
+		e.start(unix)
 		start := max(e.tat, now)
 		cost := float64(n) * e.t
 		if e.lim.Algorithm == limit.TokenBucket && start+cost-now > e.tau+eps {
@@ -60,14 +58,7 @@ func (e *exact) admit(unix, n int64) bool {
 	case limit.FixedWindow, limit.SlidingWindowCounter:
 		p := int64(e.lim.Period)
 		w := unix / p
-		switch {
-		case !e.started:
-			e.win, e.started = w, true
-		case w == e.win+1:
-			e.prev, e.cur, e.win = e.cur, 0, w
-		case w > e.win+1:
-			e.prev, e.cur, e.win = 0, 0, w
-		}
+		e.start(unix)
 		used := e.cur
 		if w == e.win && e.lim.Algorithm == limit.SlidingWindowCounter {
 			used += e.prev * float64(p-(unix-w*p)) / float64(p)
@@ -98,9 +89,33 @@ func (e *exact) room(unix int64) float64 {
 	return float64(e.lim.Rate) - used
 }
 
+// start brings the exact limiter to unix: a fresh one starts there (a
+// full bucket, an empty window), a window counter moves to unix's window
+// (not back: a time behind the window seen changes nothing).
+func (e *exact) start(unix int64) {
+	if e.lim.Algorithm.IsBucket() {
+		if !e.started {
+			e.tat, e.started = float64(unix-base), true // a full bucket
+		}
+		return
+	}
+	w := unix / int64(e.lim.Period)
+	switch {
+	case !e.started:
+		e.win, e.started = w, true
+	case w == e.win+1:
+		e.prev, e.cur, e.win = e.cur, 0, w
+	case w > e.win+1:
+		e.prev, e.cur, e.win = 0, 0, w
+	}
+}
+
 // charge charges n at unix whether or not the limit has room: what the
-// fleet admitted beyond the exact limiter, which it owes back.
+// fleet admitted beyond the exact limiter, which it owes back, or what it
+// admitted after a reset of requests that came before it (they waited
+// across it).
 func (e *exact) charge(unix, n int64) {
+	e.start(unix)
 	if e.lim.Algorithm.IsBucket() {
 		e.tat = max(e.tat, float64(unix-base)) + float64(n)*e.t
 		return

@@ -44,6 +44,79 @@ type Coverage struct {
 	// what the fleet did, outside faults and changes of the fleet. Nothing is judged on them (the bound holds the fleet's excess);
 	// this shows how much of what the limit allows the fleet refused.
 	Over map[Routing]OverCount
+	// Resets is what the scenarios' resets did and what the checks judged
+	// after them.
+	Resets ResetCount
+}
+
+// ResetCount is what resets under load did, and what the checks judged
+// after them: a reset cuts its series, and what follows is judged as a
+// fresh key (cuts).
+type ResetCount struct {
+	// Calls counts the resets the scenarios called (on a store that can
+	// reset); Made those the store ran and the caller was told of (the
+	// client forgiven), NoContest of them those with no contest in the
+	// store (every node deciding the key alone); Failed those whose call
+	// failed (the breaker open, the store out of reach: nothing forgiven),
+	// Unconfirmed of them those the store ran all the same (a paused or
+	// slow store, late).
+	Calls, Made, NoContest, Failed, Unconfirmed int
+	// Segments counts the stretches of (key, limit) series after a reset
+	// made that had decisions, Judged those with decisions judged for
+	// compliance; Decisions, Checked and Bad the decisions in them, those
+	// judged and those of them refused or late; Windows the bound's
+	// windows in them.
+	Segments, Judged        int
+	Decisions, Checked, Bad int
+	Windows                 int
+}
+
+// segCount is one segment's decisions, judged and failed.
+type segCount struct{ decisions, judged, failed int }
+
+// segments tallies the segments of a series after its resets.
+func (c *ResetCount) segments(segs []segCount) {
+	for _, sg := range segs {
+		if sg.decisions == 0 {
+			continue
+		}
+		c.Segments++
+		if sg.judged > 0 {
+			c.Judged++
+		}
+		c.Decisions += sg.decisions
+		c.Checked += sg.judged
+		c.Bad += sg.failed
+	}
+}
+
+// resets tallies what became of rec's resets.
+func (c *Coverage) resets(rec *Record) {
+	r := &c.Resets
+	for _, d := range rec.Resets {
+		if !d.Played {
+			continue
+		}
+		r.Calls++
+		switch {
+		case d.Made:
+			r.Made++
+			if !d.Contest {
+				r.NoContest++
+			}
+		default:
+			r.Failed++
+			if d.Stored {
+				r.Unconfirmed++
+			}
+		}
+	}
+}
+
+func (a ResetCount) plus(b ResetCount) ResetCount {
+	return ResetCount{a.Calls + b.Calls, a.Made + b.Made, a.NoContest + b.NoContest, a.Failed + b.Failed,
+		a.Unconfirmed + b.Unconfirmed, a.Segments + b.Segments, a.Judged + b.Judged, a.Decisions + b.Decisions,
+		a.Checked + b.Checked, a.Bad + b.Bad, a.Windows + b.Windows}
 }
 
 // OverCount is what the series over their limit were admitted: Exact by
@@ -121,6 +194,9 @@ func (c *Coverage) sent(sc *Scenario) {
 	}
 	if starting > 1 {
 		events["a fleet starts together"+fleetSize] = true
+	}
+	if len(sc.Resets) > 0 {
+		events["a key reset under load"] = true
 	}
 	for e := range events {
 		c.Events[e]++
@@ -207,6 +283,7 @@ func (c *Coverage) Add(o *Coverage) {
 	for r, v := range o.Over {
 		c.Over[r] = c.Over[r].plus(v)
 	}
+	c.Resets = c.Resets.plus(o.Resets)
 	for k, v := range o.Bursts {
 		bc := c.Bursts[k]
 		if bc == nil {
@@ -268,6 +345,11 @@ func (c *Coverage) String() string {
 	for _, k := range slices.Sorted(maps.Keys(c.Excluded)) {
 		fmt.Fprintf(&b, "  left out, %s: %d (%s)\n", k, c.Excluded[k], pct(c.Excluded[k], judged+excluded))
 	}
+	rc := c.Resets
+	fmt.Fprintf(&b, "resets: %d called, %d made (%d with no contest in the store), %d failed (%d of them run by the store all the same)\n",
+		rc.Calls, rc.Made, rc.NoContest, rc.Failed, rc.Unconfirmed)
+	fmt.Fprintf(&b, "  after a reset made: %d series' segments with decisions, %d of them judged for compliance; %d decisions, %d judged (%s), %d of them refused or late; %d bound windows\n",
+		rc.Segments, rc.Judged, rc.Decisions, rc.Checked, pct(rc.Checked, rc.Decisions), rc.Bad, rc.Windows)
 	fmt.Fprintf(w, "bursts (one key, one node, one instant)\tsent\tjudged whole\tusing the whole capacity\tof them judged whole\t\n")
 	for _, k := range slices.Sorted(maps.Keys(c.Bursts)) {
 		v := c.Bursts[k]
@@ -278,17 +360,18 @@ func (c *Coverage) String() string {
 }
 
 // over counts a series offered more than its limit: what one exact limiter
-// admits of its requests, in the order the nodes took them, against what
-// the fleet admitted, leaving out the requests sent while a fault or a
-// change of the fleet relaxes the promises (spans).
-func (c *Coverage) over(r Routing, lim limit.Limit, seen []Decision, spans []span) {
+// admits of its requests, in the order the nodes took them (afresh from
+// each reset made), against what the fleet admitted, leaving out the
+// requests sent while a fault, a change of the fleet or a reset relaxes
+// the promises (spans).
+func (c *Coverage) over(r Routing, lim limit.Limit, seen []Decision, spans []span, cut cuts) {
 	c.init()
-	std := newExact(lim)
 	oc := OverCount{Series: 1}
-	for _, d := range seen {
+	cut.standard(lim, seen, func(i int, std *exact) {
+		d := seen[i]
 		ok := std.admit(base+int64(d.Seen), d.N)
-		if _, relaxed := relaxing(spans, d.Sent); relaxed {
-			continue
+		if _, relaxed := cut.relaxing(spans, d); relaxed {
+			return
 		}
 		if ok {
 			oc.Exact += int(d.N)
@@ -296,7 +379,7 @@ func (c *Coverage) over(r Routing, lim limit.Limit, seen []Decision, spans []spa
 		if d.Allowed {
 			oc.Admitted += int(d.N)
 		}
-	}
+	})
 	if float64(oc.Admitted) < 0.9*float64(oc.Exact) {
 		oc.Low = 1
 	}

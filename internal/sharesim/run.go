@@ -79,6 +79,29 @@ type Record struct {
 	// Trace is, in a run made by RunTraced, every op, answer, call heard
 	// and decision of the traced key, one line each.
 	Trace []string
+	// Resets is what became of each of the scenario's resets (as
+	// Scenario.Resets), for judging each key afresh after its resets.
+	Resets []ResetDone
+}
+
+// ResetDone is what became of one reset of the scenario.
+type ResetDone struct {
+	Reset
+	// Played: the store can reset (a Resetter); a run on one that cannot
+	// plays no reset.
+	Played bool
+	// Stored: the store ran the reset, at Ran (the store's clock, as a
+	// time of the scenario: what Shares.Reset is told); Contest: it had
+	// a contest of the key to reset.
+	Stored, Contest bool
+	Ran             time.Duration
+	// Made: the node was told, and started the key afresh (Shares.Reset):
+	// the caller's Reset returned nil, the client was forgiven.
+	Made bool
+	// Err is why the call failed (the breaker open, the store out of
+	// reach): the caller was told the client was not forgiven, though a
+	// store that ran the call late (paused, slow) reset the pool.
+	Err string
 }
 
 // event is something that happens at a time.
@@ -152,8 +175,21 @@ type Store interface {
 	Delete(key string, lim limit.Limit)
 }
 
+// Resetter is a Store that resets a contest as reset.lua does (Async
+// mode's reset, remote.Store.ResetShares), called by node at now (the
+// store's µs); it reports whether there was a contest. A run on a store
+// that is not one plays no reset (the conformance tests' dual store).
+type Resetter interface {
+	ResetShares(now int64, node, key string, lim limit.Limit) bool
+}
+
 // ModelStore is the Go model as a Store.
 type ModelStore struct{ *storemodel.Model }
+
+// ResetShares is the model's Reset.
+func (m ModelStore) ResetShares(now int64, _, key string, lim limit.Limit) bool {
+	return m.Reset(now, key, lim)
+}
 
 // Ops applies each op in turn at now.
 func (m ModelStore) Ops(now int64, node string, set share.Settings, ops []share.Op, replies []share.Reply) {

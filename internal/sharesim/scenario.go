@@ -41,6 +41,7 @@ type Scenario struct {
 	Faults       []Fault
 	Keys         []Key
 	Requests     []Request // in time order
+	Resets       []Reset   // in time order
 }
 
 // Node is one node's life: made at Join (its first heartbeat must succeed
@@ -127,6 +128,18 @@ type Request struct {
 	Node int
 	Key  int
 	N    int64
+}
+
+// Reset is a reset of a key under load: at At, Node calls the Limiter's
+// Reset of key Key under its limit Limit (an index in the key's Limits),
+// as support staff letting a client back in do (hybrid.Limiter.Reset,
+// Async mode: the store's reset, then the node's Shares.Reset, which the
+// other nodes hear of through the registry).
+type Reset struct {
+	At    time.Duration
+	Node  int
+	Key   int
+	Limit int
 }
 
 // Generate draws a scenario from seed.
@@ -541,6 +554,9 @@ func (sc *Scenario) String() string {
 		if k.Routing != Flood {
 			keys++
 		}
+	}
+	for _, r := range sc.Resets {
+		fmt.Fprintf(&b, ", reset %s [%v] by node %d at %v", sc.Keys[r.Key].Name, sc.Keys[r.Key].Limits[r.Limit], r.Node, r.At)
 	}
 	fmt.Fprintf(&b, "; %d keys, %d requests", len(sc.Keys), len(sc.Requests))
 	return b.String()
