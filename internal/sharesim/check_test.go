@@ -127,7 +127,7 @@ func TestTheGeneratorSendsEverything(t *testing.T) {
 	for _, e := range []string{"store kill", "store pause", "store slow", "store flush", "store evict", "store partition",
 		"store restarted empty twice", "a node joins late (FleetSize set)", "a node joins late (no FleetSize)",
 		"a fleet starts together (FleetSize set)", "a fleet starts together (no FleetSize)",
-		"a node leaves", "a node crashes", "a node pauses", "a node's clock steps"} {
+		"a node leaves", "a node crashes", "a node pauses", "a node's clock steps", "a key reset under load"} {
 		if cov.Events[e] == 0 {
 			t.Errorf("no scenario has %q", e)
 		}

@@ -144,6 +144,9 @@ type sim struct {
 	latency      time.Duration
 	held         []func() // calls held while the store is paused
 	traced       string   // the key whose story the run records (RunTraced)
+	// missed are the resets (the store's µs) the channel misses
+	// (Reset.Missed).
+	missed map[int64]bool
 }
 
 // RunTraced plays sc on the Go model, as Run does, recording in the
@@ -232,6 +235,13 @@ func runOn(sc *Scenario, store Store, traced string) *Record {
 		r := &sc.Requests[i]
 		s.at(r.At, func() { s.nodes[r.Node].request(i) })
 	}
+	s.rec.Resets = make([]ResetDone, len(sc.Resets))
+	if _, ok := store.(Resetter); ok {
+		for i, r := range sc.Resets {
+			s.rec.Resets[i] = ResetDone{Reset: r, Played: true}
+			s.at(r.At, func() { s.nodes[r.Node].reset(&s.rec.Resets[i]) })
+		}
+	}
 	s.at(sc.Duration+drain, func() {
 		for _, nd := range s.nodes {
 			if nd.up {
@@ -300,6 +310,10 @@ func (s *sim) publish(from *node, cs []share.Contest) {
 	for _, c := range cs {
 		if c.CallAt == 0 && c.Reset == 0 {
 			continue // a renewal of the registry, not a call
+		}
+		if c.CallAt == 0 && s.missed[c.Reset] {
+			s.trace(c.Key, "the channel misses %+v", c)
+			continue // the others read it in the registry
 		}
 		s.broadcast(from, func(nd *node) {
 			s.trace(c.Key, "node %d hears %+v", nd.idx, c)
@@ -621,7 +635,14 @@ func (nd *node) beat() {
 			nd.s.rec.Beats++
 		}
 		nd.gate(func() {
+			var resets uint64
+			if nd.s.traced != "" {
+				resets = nd.sh.Stats().Resets
+			}
 			nd.sh.BeatDone(b, r, err, nd.mapped())
+			if nd.s.traced != "" && nd.sh.Stats().Resets > resets {
+				nd.s.trace(nd.s.traced, "node %d starts afresh the resets it read in the registry (%d)", nd.idx, nd.sh.Stats().Resets-resets)
+			}
 			if err == nil && !nd.ready {
 				if wait := nd.sh.StartSettle(); wait > 0 && nd.settleAt == 0 {
 					nd.settleAt = nd.s.now + wait
@@ -701,6 +722,62 @@ func (nd *node) send() {
 			}
 		})
 	})
+}
+
+// reset is the Limiter's Reset in Async mode on this node
+// (hybrid.Limiter.Reset): refused while the breaker is open; else a call
+// through it to the store, whose reset (the model's Reset, reset.lua) runs
+// when the call arrives; on the reply, the node starts the key afresh and
+// sends the reset to the fleet with its next heartbeat, at once
+// (Shares.Reset with the store's time of it), which the channel brings the
+// others unless it misses it (Reset.Missed). A call that fails changes
+// nothing on the node. A node that has not made its first heartbeat is
+// not a Limiter yet: the call waits for it, as requests do.
+func (nd *node) reset(r *ResetDone) {
+	if !nd.up {
+		r.Err = "the node is down"
+		return
+	}
+	var call func()
+	call = func() {
+		if !nd.ready {
+			nd.unready = append(nd.unready, call)
+			return
+		}
+		key := nd.s.sc.Keys[r.Key]
+		lim := key.Limits[r.Limit]
+		gen, ok := nd.allow()
+		if !ok {
+			r.Err = errOpen.Error()
+			return
+		}
+		nd.s.call(nd, func(now int64) any {
+			r.Stored, r.Ran = true, time.Duration(share.Nanos(now)-base)
+			if r.Missed {
+				if nd.s.missed == nil {
+					nd.s.missed = map[int64]bool{}
+				}
+				nd.s.missed[now] = true
+			}
+			r.Contest = nd.s.store.(Resetter).ResetShares(now, nd.id, key.Name, lim)
+			nd.s.trace(key.Name, "node %d resets %s [%v] at the store: contest %v", nd.idx, key.Name, lim, r.Contest)
+			return now
+		}, func(reply any, err error) {
+			if !nd.up {
+				return
+			}
+			nd.result(gen, err)
+			if err != nil {
+				r.Err = err.Error()
+				return
+			}
+			nd.gate(func() {
+				nd.sh.Reset(nd.mapped(), key.Name, lim, share.Nanos(reply.(int64)))
+				r.Made = true
+			})
+		})
+	}
+	nd.gate(call)
 }
 
 // request decides request i under each of its key's limits.

@@ -10,13 +10,15 @@
 // whose traffic takes every routing a rate limiter meets (one client pinned
 // to one node, round robin, demand that hops from node to node, bursts, slow
 // clients, weights up to the burst, several limits on one key, bursts
-// smaller than the fleet, floods of new keys, abusers). Run plays it; Check
-// holds the record to both sides of the promise: never more than the bound
-// over any window, and nothing refused that an exact limiter would admit,
-// each request within AskWait.
+// smaller than the fleet, floods of new keys, abusers), and resets of keys
+// under load (Reset). Run plays it; Check holds the record to both sides of
+// the promise: never more than the bound over any window, and nothing
+// refused that an exact limiter would admit, each request within AskWait;
+// a reset makes the key fresh, and what follows it is judged so.
 package sharesim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -134,16 +136,26 @@ type Request struct {
 // Reset of key Key under its limit Limit (an index in the key's Limits),
 // as support staff letting a client back in do (hybrid.Limiter.Reset,
 // Async mode: the store's reset, then the node's Shares.Reset, which the
-// other nodes hear of through the registry).
+// other nodes hear of through the registry). Missed: the fleet's channel
+// misses it (it delivers at most once: a subscription dropped), and the
+// other nodes hear of it only in the registry, at their next heartbeat,
+// an interval or a quiet beat on: meanwhile they decide, and send ops, on
+// their state from before it. Back: the client comes back (comeBack).
 type Reset struct {
-	At    time.Duration
-	Node  int
-	Key   int
-	Limit int
+	At     time.Duration
+	Node   int
+	Key    int
+	Limit  int
+	Missed bool
+	Back   bool
 }
 
 // Generate draws a scenario from seed.
-func Generate(seed int64) *Scenario {
+func Generate(seed int64) *Scenario { return generate(seed, true) }
+
+// generate draws a scenario from seed, its resets too if resets is set:
+// without them, the scenario a seed drew before there were resets.
+func generate(seed int64, resets bool) *Scenario {
 	g := &gen{rng: rand.New(rand.NewPCG(uint64(seed), 0x5a7e5)), sc: &Scenario{Seed: seed}}
 	g.fleet()
 	g.faults()
@@ -157,6 +169,9 @@ func Generate(seed int64) *Scenario {
 		}
 		return 0
 	})
+	if resets {
+		g.resets()
+	}
 	return g.sc
 }
 
@@ -534,6 +549,157 @@ func (g *gen) flood() {
 	}
 }
 
+// Resets under load.
+const (
+	resetPct  = 30 // the scenarios with resets
+	resetMost = 3  // the most resets in one
+)
+
+// resets draws the scenario's resets, from a stream of its own (seeded from
+// the seed): every other draw is as it was before resets were, so a seed
+// that draws none plays the scenario it always did (the regression seeds
+// hold). Each resets a key with traffic, most often one under pressure (an
+// abuser, every node bursting at once, a client bursting the whole
+// capacity: exhausted, where a reset matters), and most often just after
+// one of its bursts, when the key has no room left; half of them the
+// fleet's channel misses, and after half of them the client comes back.
+func (g *gen) resets() {
+	sc := g.sc
+	rg := &gen{rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x2e5e7)), sc: sc}
+	if !rg.chance(resetPct) {
+		return
+	}
+	keys, weights := resettable(sc)
+	if len(keys) == 0 {
+		return
+	}
+	for range 1 + rg.rng.IntN(resetMost) {
+		k := keys[rg.weighted(weights)]
+		at := rg.resetTime(k)
+		up := sc.up(at)
+		if len(up) == 0 {
+			continue
+		}
+		sc.Resets = append(sc.Resets, Reset{At: at, Node: up[rg.rng.IntN(len(up))], Key: k,
+			Limit: rg.rng.IntN(len(sc.Keys[k].Limits)), Missed: rg.chance(50), Back: rg.chance(50)})
+	}
+	slices.SortStableFunc(sc.Resets, func(a, b Reset) int { return cmp.Compare(a.At, b.At) })
+	for _, r := range sc.Resets {
+		if r.Back {
+			rg.comeBack(r)
+		}
+	}
+	slices.SortStableFunc(sc.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
+}
+
+// comeBack replaces key r.Key's traffic from reset r on with its client
+// coming back, let in again, through a node drawn at random (a load
+// balancer's pick, most often not the node that held the key): a few
+// requests at once (a tenth of the capacity: its retries, while the
+// other nodes hear of the reset), then after a retry's back-off a burst of
+// half the capacity, then a third of the rate, on that node until the
+// key's traffic would have ended. A fresh key admits it all; a key the
+// reset left exhausted refuses it (the bug 8ba624f fixed: the node that
+// held the key, not having heard of the reset, gave its spent share back
+// into the pool the reset made fresh).
+func (g *gen) comeBack(r Reset) {
+	sc := g.sc
+	key := sc.Keys[r.Key]
+	lim := key.Limits[r.Limit]
+	w := max(key.Weight, 1)
+	end := r.At
+	sc.Requests = slices.DeleteFunc(sc.Requests, func(q Request) bool {
+		if q.Key != r.Key {
+			return false
+		}
+		end = max(end, q.At)
+		return q.At >= r.At
+	})
+	at := r.At + g.between(time.Millisecond, 3*time.Millisecond).Round(100*time.Microsecond)
+	up := sc.up(at)
+	if len(up) == 0 {
+		return
+	}
+	node := up[g.rng.IntN(len(up))]
+	emit := func(at time.Duration, count int64) {
+		for range count {
+			if at < sc.Duration && sc.present(node, at) {
+				sc.Requests = append(sc.Requests, Request{At: at, Node: node, Key: r.Key, N: w})
+			}
+		}
+	}
+	emit(at, max(lim.Capacity()/10/w, 1))
+	at += g.between(300*time.Millisecond, 600*time.Millisecond).Round(time.Millisecond)
+	emit(at, max(lim.Capacity()/2/w, 1))
+	step := time.Duration(float64(time.Second) * float64(w) / (perSecond(lim) / 3))
+	for at += step; at < end; at += step {
+		emit(at, 1)
+	}
+}
+
+// resettable returns the keys a reset may pick (those with traffic, not a
+// flood's) and each one's weight: three for a key under pressure, one
+// otherwise.
+func resettable(sc *Scenario) (keys, weights []int) {
+	traffic := map[int]bool{}
+	for _, r := range sc.Requests {
+		traffic[r.Key] = true
+	}
+	for k, key := range sc.Keys {
+		if !traffic[k] || key.Routing == Flood {
+			continue
+		}
+		w := 1
+		switch {
+		case key.Routing == Abuser, key.Routing == AllAtOnce, key.Routing == Sticky,
+			key.Routing == Bursts && key.Fraction >= 0.95:
+			w = 3
+		}
+		keys, weights = append(keys, k), append(weights, w)
+	}
+	return keys, weights
+}
+
+// weighted draws an index of weights, each in proportion to its weight.
+func (g *gen) weighted(weights []int) int {
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	x := g.rng.IntN(total)
+	for i, w := range weights {
+		if x < w {
+			return i
+		}
+		x -= w
+	}
+	return len(weights) - 1
+}
+
+// resetTime draws when key k is reset: mostly a few rounds after one of
+// its bursts (several requests on one node at one instant) in the first
+// three quarters of the scenario, the key exhausted; else within the
+// middle of its traffic. Either leaves traffic after the reset to judge.
+func (g *gen) resetTime(k int) time.Duration {
+	sc := g.sc
+	var times, bursts []time.Duration
+	for i, r := range sc.Requests {
+		if r.Key != k {
+			continue
+		}
+		times = append(times, r.At)
+		if i > 0 && sc.Requests[i-1].Key == k && sc.Requests[i-1].At == r.At && sc.Requests[i-1].Node == r.Node &&
+			r.At <= sc.Duration*3/4 && (len(bursts) == 0 || bursts[len(bursts)-1] != r.At) {
+			bursts = append(bursts, r.At)
+		}
+	}
+	if len(bursts) > 0 && g.chance(70) {
+		return bursts[g.rng.IntN(len(bursts))] + g.between(time.Millisecond, 3*sc.Interval).Round(time.Millisecond)
+	}
+	first, last := times[0], min(times[len(times)-1], sc.Duration*3/4)
+	return g.between(first+(last-first)/5, first+(last-first)*4/5).Round(time.Millisecond)
+}
+
 // String describes the scenario on one line.
 func (sc *Scenario) String() string {
 	var b strings.Builder
@@ -557,6 +723,12 @@ func (sc *Scenario) String() string {
 	}
 	for _, r := range sc.Resets {
 		fmt.Fprintf(&b, ", reset %s [%v] by node %d at %v", sc.Keys[r.Key].Name, sc.Keys[r.Key].Limits[r.Limit], r.Node, r.At)
+		if r.Missed {
+			b.WriteString(" (the channel missed it)")
+		}
+		if r.Back {
+			b.WriteString(" (the client comes back)")
+		}
 	}
 	fmt.Fprintf(&b, "; %d keys, %d requests", len(sc.Keys), len(sc.Requests))
 	return b.String()
