@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hybridlimit/hybridlimit/internal/storemodel"
+	"github.com/hybridlimit/hybridlimit/share"
 )
 
 var (
@@ -17,17 +20,36 @@ var (
 	traceFlag = flag.String("story", "", "TestReplay: the key whose story (ops, answers, calls heard, decisions) to print")
 	countFlag = flag.Int("sim.count", shortCount, "how many scenarios TestSearch plays (make verify: 10,000)")
 	showFlag  = flag.Int("sim.show", 20, "how many failing scenarios TestSearch prints")
+	claimFlag = flag.Bool("sim.claimheard", false, "TestSearch, TestReplay: every op claims its node heard every reset (the store takes no state as from before one, as before 8ba624f), to show the checks catch it")
 )
+
+// play runs sc on the Go model: as Run, or with -sim.claimheard as
+// runClaimingHeard.
+func play(sc *Scenario) *Record {
+	if *claimFlag {
+		return runClaimingHeard(sc)
+	}
+	return Run(sc)
+}
+
+// playTraced runs sc as RunTraced does, on claimHeard with
+// -sim.claimheard.
+func playTraced(sc *Scenario, key string) *Record {
+	if *claimFlag {
+		return runOn(sc, claimHeard{ModelStore{storemodel.New(share.Duration(sc.ActiveWindow))}}, key)
+	}
+	return RunTraced(sc, key)
+}
 
 // TestReplay plays one seed and prints what happened.
 func TestReplay(t *testing.T) {
 	sc := Generate(*seedFlag)
 	var rec *Record
 	if *traceFlag != "" {
-		rec = RunTraced(sc, *traceFlag)
+		rec = playTraced(sc, *traceFlag)
 		t.Logf("the story of %s:\n%s", *traceFlag, strings.Join(rec.Trace, "\n"))
 	} else {
-		rec = Run(sc)
+		rec = play(sc)
 	}
 	res := Check(rec)
 	t.Log(res.Summary())
@@ -62,7 +84,7 @@ func search(from int64, count int) []*Result {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for i := range next {
-				out[i] = Check(Run(Generate(from + int64(i))))
+				out[i] = Check(play(Generate(from + int64(i))))
 			}
 		})
 	}
