@@ -148,3 +148,30 @@ func TestACallAnsweredBeforeAResetIsAnsweredAgainAfterIt(t *testing.T) {
 		})
 	}
 }
+
+// The registry keeps a contest's last reset on its entry for the
+// contest's life, and hands it back with every change to the entry (every
+// call), long after the node swept its own record of the reset (an active
+// window on). Applied again, every node restarted the key on every call:
+// the fleet admitted half as much again as the limit (the simulation's
+// seed 366 with resets: a fixed window over its limit). A reset is applied
+// once; one older than an active window is not applied at all.
+func TestAResetHeardAgainIsNotAppliedAgain(t *testing.T) {
+	h := newHeldGrant(t)
+	reset := share.Micros(h.now) + 1_000
+	entry := func(callAt int64) share.Contest {
+		return share.Contest{Key: h.key, Limit: h.lim, Epoch: h.epoch, CallAt: callAt, Reset: reset, Expiry: reset + 3_600_000_000}
+	}
+	h.now += int64(2 * time.Millisecond)
+	h.s.Heard(entry(0), h.now)
+	require.Equal(t, uint64(1), h.s.Stats().Resets, "the reset is applied once")
+	h.spend()
+	h.s.Heard(entry(share.Micros(h.now)), h.now) // a call: the entry again, with the reset
+	assert.Equal(t, uint64(1), h.s.Stats().Resets, "not again with the next call")
+	h.advance(2 * time.Minute) // past the active window: the node sweeps its record of the reset
+	h.spend()
+	h.s.Heard(entry(share.Micros(h.now)), h.now)
+	assert.Equal(t, uint64(1), h.s.Stats().Resets, "not again an active window on")
+	_, err := h.eng.AllowN(h.now, h.key, h.lim, 1)
+	assert.Error(t, err, "the share it spent since stays spent")
+}

@@ -1113,10 +1113,17 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 }
 
 // resetHeard starts kl afresh in the engine, once per reset at (µs), unless
-// this node made it (it started afresh then) or reads the registry for the
-// first time (it holds nothing from before). s.mu is held.
+// this node made it (it started afresh then), reads the registry for the
+// first time (it holds nothing from before), or the reset is older than an
+// active window (it heard it then, or was not in the fleet). s.mu is held.
 func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
-	if s.resets[kl] >= at {
+	if at <= s.resetHeardBy(kl, now) {
+		// Heard already, or older than an active window: the registry
+		// keeps a contest's last reset on its entry for the contest's
+		// life and hands it back with every change to it (every call),
+		// long after this node swept its own record of it. Applied again,
+		// each node restarted the key on every call: the fleet admitted
+		// half as much again as the limit.
 		return
 	}
 	s.resets[kl] = at
