@@ -31,7 +31,7 @@ var conformCount = flag.Int("conform.count", 80, "how many simulated scenarios T
 func TestShareScriptsConform(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	ops, gone, goneOps, fast := 0, 0, 0, 0
+	ops, gone, goneOps, fast, resets := 0, 0, 0, 0, 0
 	var br storemodel.Branches
 	for seed := int64(1); seed <= int64(*conformCount); seed++ {
 		require.NoError(t, c.FlushAll(context.Background()).Err())
@@ -43,24 +43,25 @@ func TestShareScriptsConform(t *testing.T) {
 		if err != redis.Nil {
 			require.NoError(t, err)
 		}
-		ops, gone, goneOps, fast = ops+st.ops, gone+st.gone, goneOps+st.goneOps, fast+n
+		ops, gone, goneOps, fast, resets = ops+st.ops, gone+st.gone, goneOps+st.goneOps, fast+n, resets+st.resets
 		br.Add(st.model.Branches)
 		if testing.Verbose() {
 			t.Logf("seed %d: %d ops and %d heartbeats agreed", seed, st.ops, st.beats)
 		}
 	}
 	require.Positive(t, ops, "the scenarios sent no op")
+	require.Positive(t, resets, "the scenarios reset no key (reset.lua against the model)")
 	// Nodes that crash or leave: their departures read and sent with ops.
 	require.Positive(t, goneOps, "no op was sent knowing of a departure (%d read)", gone)
-	t.Logf("%d ops agreed, %d of them sent knowing of a departure (%d read), %d answered by the fast path; the script's rarer branches taken: %+v",
-		ops, goneOps, gone, fast, br)
+	t.Logf("%d ops and %d resets agreed, %d ops sent knowing of a departure (%d read), %d answered by the fast path; the script's rarer branches taken: %+v",
+		ops, resets, goneOps, gone, fast, br)
 	// The fast path (a request the pool serves on a contest nobody holds
 	// any of) is held to the model like the rest.
 	assert.Positive(t, fast, "no op took the script's fast path")
 	// The branches the share script's latest changes added, each met by
 	// some op (the scenarios of the first 80 seeds meet them all).
 	for name, n := range map[string]int{"backdated": br.Backdated, "served homes": br.ServedHomes, "refilled calls": br.RefilledCalls,
-		"part served": br.PartServed, "heard calls": br.HeardCalls, "pool soon": br.PoolSoon} {
+		"part served": br.PartServed, "heard calls": br.HeardCalls, "pool soon": br.PoolSoon, "before a reset": br.BeforeReset} {
 		assert.Positive(t, n, "no op took the script's %s branch", name)
 	}
 }
@@ -386,6 +387,7 @@ type dualStore struct {
 	nodes      map[string]*remote.Store
 	active     time.Duration
 	ops, beats int
+	resets     int // resets played on both
 	// gone counts the departures heartbeats read, goneOps the ops sent
 	// while their node knew of one.
 	gone, goneOps int
@@ -460,13 +462,22 @@ func (d *dualStore) Ops(now int64, node string, set share.Settings, ops []share.
 // Reset resets (key, lim)'s contest at now from node, on both, and returns
 // the reset's µs.
 func (d *dualStore) Reset(now int64, node, key string, lim limit.Limit) int64 {
+	d.ResetShares(now, node, key, lim)
+	return now
+}
+
+// ResetShares is reset.lua and the model's Reset at now, from node: the
+// simulated scenarios' resets (sharesim.Resetter) play on both, and must
+// agree on whether there was a contest to reset.
+func (d *dualStore) ResetShares(now int64, node, key string, lim limit.Limit) bool {
 	want := d.model.Reset(now, key, lim)
 	d.setClock(now)
 	had, at, err := d.node(node).ResetShares(context.Background(), key, lim)
 	require.NoError(d.t, err)
 	require.Equal(d.t, want, had, "seed %d, at %d µs: a contest to reset", d.seed, now)
 	require.Equal(d.t, now, share.Micros(at))
-	return now
+	d.resets++
+	return want
 }
 
 func (d *dualStore) Beat(now int64, node string, b share.Beat) share.BeatReply {
