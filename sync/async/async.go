@@ -379,11 +379,19 @@ func (a *Runner) gatherOps(ctx context.Context) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-a.wakeOps:
+			// More ops came: one a request waits on (an ask) goes at
+			// once, with what was gathered.
+			if a.sh.Urgent() {
+				return true
+			}
+		}
 	}
 }
 
