@@ -369,10 +369,21 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 	// state spent the fresh pool again: the key stayed exhausted for its
 	// period.)
 	before := h.ResetAt > op.ResetHeard
-	given := state
+	given, heard := state, op.Heard
 	if before {
-		given = p.Decay(share.State{}, 0, now)
+		// (and a call it answers with nothing to spare was answered of
+		// that state: the asker waits for its answer of the fresh one)
+		given, heard = p.Decay(share.State{}, 0, now), 0
 		br.BeforeReset++
+	}
+	// spentAt: what a share spent at t returns as now; fresh when t is
+	// before the contest's last reset (it lapsed, unreported, before the
+	// reset made the share nobody held fresh).
+	spentAt := func(t int64) share.State {
+		if t <= h.ResetAt {
+			return p.Decay(share.State{}, 0, now)
+		}
+		return p.Decay(p.Spent(t), t, now)
 	}
 
 	// A store that lost writes it had answered (its record of the node is
@@ -414,18 +425,18 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		}
 		if rec.Grant > 0 && ends <= now {
 			hold := min(rec.Grant, even)
-			give(p, h, now, rec.Grant-hold, p.Decay(p.Spent(ends), ends, now))
+			give(p, h, now, rec.Grant-hold, spentAt(ends))
 			rec.Hold += hold
 			rec.HoldUntil = max(rec.HoldUntil, ends+set.Recovery)
 			rec.Grant, rec.Growth = 0, 0
 		}
 		if rec.Hold > 0 && rec.HoldUntil <= now {
-			give(p, h, now, rec.Hold, p.Decay(p.Spent(rec.HoldUntil), rec.HoldUntil, now))
+			give(p, h, now, rec.Hold, spentAt(rec.HoldUntil))
 			rec.Hold = 0
 		}
 	}
 	if h.Unknown > 0 && h.UnknownUntil <= now {
-		give(p, h, now, h.Unknown, p.Decay(p.Spent(h.UnknownUntil), h.UnknownUntil, now))
+		give(p, h, now, h.Unknown, spentAt(h.UnknownUntil))
 		h.Unknown = 0
 	}
 
@@ -533,7 +544,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		if total := h.Pool + h.Unknown + h.Reserved + granted(h); total > share.One {
 			h.Pool -= total - share.One
 		}
-		rec.Seq, rec.Outcome, rec.GrowthAt, rec.Heard = op.Seq, share.Done, now, op.Heard
+		rec.Seq, rec.Outcome, rec.GrowthAt, rec.Heard = op.Seq, share.Done, now, heard
 		reply.Epoch = h.Epoch
 		reply.Expiry = extend(p, h, now, set.Lease)
 		return result{h, reply}
@@ -641,7 +652,7 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 		h.LastAsker, h.LastAskAt = node, now
 	}
 	rec.GrowthAt, rec.Seq, rec.Outcome, rec.Until, rec.Served, rec.ServedAt = now, op.Seq, reply.Outcome, reply.Until, reply.Served, reply.ServedAt
-	rec.Heard = op.Heard
+	rec.Heard = heard
 	lease := set.Lease
 	if rec.Grant >= share.One {
 		lease = max(set.HomeLease, set.Lease) // a home

@@ -801,8 +801,19 @@ local function apply(k, p, op, read)
   -- what it admitted alone charges nothing. (Given as it was, a spent
   -- state spent the fresh pool again.)
   local before = h.resetAt > op.resetHeard
-  local given = state
-  if before then given = decay(p, {0, 0, 0, 0}, 0, now) end
+  local given, heard = state, op.heard
+  if before then
+    -- (and a call it answers with nothing to spare was answered of that
+    -- state: the asker waits for its answer of the fresh one)
+    given, heard = decay(p, {0, 0, 0, 0}, 0, now), 0
+  end
+  -- spentAt: what a share spent at t returns as now; fresh when t is before
+  -- the contest's last reset (it lapsed, unreported, before the reset made
+  -- the share nobody held fresh).
+  local function spentAt(t)
+    if t <= h.resetAt then return decay(p, {0, 0, 0, 0}, 0, now) end
+    return decay(p, spent(p, t), t, now)
+  end
 
   -- A store that lost writes it had answered (its record of the node is
   -- older than the last answer the node applied: a failover): the pool is
@@ -835,14 +846,14 @@ local function apply(k, p, op, read)
       if left and id ~= node and rec.growthAt < left and left < ends then ends = left end
       if rec.grant > 0 and ends <= now then
         local hold = math.min(rec.grant, e)
-        give(p, h, rec.grant - hold, decay(p, spent(p, ends), ends, now))
+        give(p, h, rec.grant - hold, spentAt(ends))
         setShare(h, rec, 0, rec.hold + hold)
         rec.holdUntil = math.max(rec.holdUntil, ends + RECOVERY)
         rec.growth = 0
         h.dirty[id] = true
       end
       if rec.hold > 0 and rec.holdUntil <= now then
-        give(p, h, rec.hold, decay(p, spent(p, rec.holdUntil), rec.holdUntil, now))
+        give(p, h, rec.hold, spentAt(rec.holdUntil))
         setShare(h, rec, rec.grant, 0)
         h.dirty[id] = true
       end
@@ -850,7 +861,7 @@ local function apply(k, p, op, read)
     end
   end
   if h.unknown > 0 and h.unknownUntil <= now then
-    give(p, h, h.unknown, decay(p, spent(p, h.unknownUntil), h.unknownUntil, now))
+    give(p, h, h.unknown, spentAt(h.unknownUntil))
     h.unknown = 0
   end
 
@@ -928,7 +939,7 @@ local function apply(k, p, op, read)
   setShare(h, rec, keep, 0)
   if op.leave then
     cap(h)
-    rec.seq, rec.outcome, rec.growthAt, rec.heard = op.seq, DONE, now, op.heard
+    rec.seq, rec.outcome, rec.growthAt, rec.heard = op.seq, DONE, now, heard
     r.epoch = h.epoch
     r.expiry = extend(p, h, LEASE)
     save(h)
@@ -1064,7 +1075,7 @@ local function apply(k, p, op, read)
     h.la, h.laDirty = string.format('%d %s', now, node), true
   end
   rec.growthAt, rec.seq, rec.outcome, rec.untl, rec.served, rec.servedAt = now, op.seq, r.outcome, r.untl, r.served, r.servedAt
-  rec.heard = op.heard
+  rec.heard = heard
   local lease = LEASE
   if rec.grant >= ONE then lease = HOMELEASE end -- a home
   if rec.grant > 0 then rec.leaseEnd = now + lease end
