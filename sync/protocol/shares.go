@@ -218,6 +218,10 @@ type Shares struct {
 	pressed []local.Pressed
 	named   map[string]struct{} // what was logged of which key (once)
 	resets  map[keyLim]int64    // the latest reset heard or made of each key (µs), for an active window
+	// resetsBefore: every reset before it (µs) is heard, or older than an
+	// active window was when it was swept from resets; it never falls,
+	// whatever Redis's clock does (a failover to a replica behind it).
+	resetsBefore int64
 
 	// grewFrom is the even split the node decided in before the fleet
 	// last grew, while Tick has not yet looked for the keys that growth
@@ -1137,7 +1141,9 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 		// while this node holds the key fresh (TestResetAsync: the
 		// resetting node refused, the home that had answered its call
 		// admitting the fresh burst alone).
-		if ks := s.keys[kl]; ks != nil && ks.grant > 0 && ks.callSeen >= at && ks.callSeen != ks.called && len(ks.waiters) == 0 {
+		// (A join on its way to the store is such an answer too: its
+		// reply makes the split it kept its grant.)
+		if ks := s.keys[kl]; ks != nil && (ks.grant > 0 || ks.op != nil) && ks.callSeen >= at && ks.callSeen != ks.called && len(ks.waiters) == 0 {
 			s.enqueue(ks, wantGive)
 		}
 	}
@@ -1145,12 +1151,14 @@ func (s *Shares) resetHeard(kl keyLim, at int64, first bool, now int64) {
 
 // resetHeardBy is what an op of kl made at us says of the resets it heard
 // (share.Op.ResetHeard): the latest reset of kl it heard or made, and every
-// reset older than an active window (the registry keeps a reset that long,
-// and a node in the fleet reads it several times a window: it has heard
-// of them, or, cut off for longer, it sends its state as it is). s.mu is
-// held.
+// reset older than an active window (a node in the fleet reads the
+// registry several times a window: it has heard of them, or, cut off for
+// longer, it sends its state as it is), as of the latest sweep too, so
+// that a step back of Redis's clock never makes an op say it missed a
+// reset it heard (the store would take its state, spent since, as fresh).
+// s.mu is held.
 func (s *Shares) resetHeardBy(kl keyLim, us int64) int64 {
-	return max(s.resets[kl], us-share.Duration(s.cfg.ActiveWindow))
+	return max(s.resets[kl], s.resetsBefore, us-share.Duration(s.cfg.ActiveWindow))
 }
 
 // forgive forgets that the fleet had no room for kl: it was reset. s.mu is
@@ -1753,9 +1761,10 @@ func (s *Shares) Tick(now int64) (next int64) {
 	if !sweep {
 		return share.Nanos(wake)
 	}
+	s.resetsBefore = max(s.resetsBefore, us-share.Duration(s.cfg.ActiveWindow))
 	for kl, at := range s.resets {
-		if at < us-share.Duration(s.cfg.ActiveWindow) {
-			delete(s.resets, kl) // the registry forgot it too
+		if at < s.resetsBefore {
+			delete(s.resets, kl) // older than an active window: resetHeardBy says it heard it
 		}
 	}
 	s.valid, s.busy = valid, busy
