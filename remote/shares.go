@@ -23,7 +23,7 @@ import (
 // (packed in one argument: opArgs) and out.
 const (
 	shareArgsPerOp   = 30
-	shareValuesPerOp = 19
+	shareValuesPerOp = 20
 )
 
 // ShareOps applies ops (one per key) with settings set, in one round trip
@@ -160,6 +160,7 @@ func parseReply(vals []any) (share.Reply, error) {
 	r.Lost, r.Over, r.Replace = v[12] == 1, v[13] == 1, v[14] == 1
 	r.Served, r.ServedAt, r.Now = v[15], v[16], v[17]
 	r.Exact = r.Outcome == share.NoRoom && v[18] == 1
+	r.Reset = max(v[19], 0)
 	return r, nil
 }
 

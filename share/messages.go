@@ -179,6 +179,12 @@ type Reply struct {
 	// back, and its Growth carries the whole fleet's exact state (its
 	// shadow, every other node having spent nothing since).
 	Replace bool
+	// Reset is the contest's last reset (µs; 0: none): a node that has not
+	// heard of it yet starts its state of the key afresh before it applies
+	// the reply, as it would on hearing of it through the registry, a beat
+	// or so later. (Until then, what it admitted out of room the fresh pool
+	// gave it was forgotten when it heard.)
+	Reset int64
 	// Err is this op's own fault (a key of another type), if any.
 	Err error
 }

@@ -252,6 +252,9 @@ type result struct {
 // step for step.
 func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
 	reply := share.Reply{Now: now}
+	if h != nil {
+		reply.Reset = h.ResetAt
+	}
 	held := clamp(op.Held, 0, share.One)
 	keep := clamp(op.Keep, 0, held)
 	if op.Leave {

@@ -26,11 +26,11 @@
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
 --          applied, heard, reset heard).
--- Returns  now µs, then per key 19 values: 1, outcome, epoch, grant,
+-- Returns  now µs, then per key 20 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now, exact (no room until then, and
---          nobody else holds any of the key); or for a key that failed: 0,
---          the error, then 17 zeros.
+--          nobody else holds any of the key), the contest's last reset (rs,
+--          0: none); or for a key that failed: 0, the error, then 18 zeros.
 --
 -- An op reads and writes the contest and its own record (HMGET, HSET):
 -- every other record only when one may have lapsed (the earliest lapse has
@@ -70,11 +70,11 @@ local rk = 'r:' .. node
 -- or contest outside the case (and what it read of the contest, which the
 -- general path then reads no more); the general path then applies the op.
 -- A test counts the ops it answers (remote's UseClockKey).
--- failed is a key's answer when its op raised err: 0, the error, 17 zeros.
+-- failed is a key's answer when its op raised err: 0, the error, 18 zeros.
 local function failed(err)
   local msg = err
   if type(err) == 'table' then msg = err.err end
-  return {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  return {0, tostring(msg), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 
 -- recValues are a record's 16 values: an earlier release's record (15, no
@@ -144,7 +144,7 @@ local function serveFast(k, a)
     fastWrote = true
     redis.call('PEXPIREAT', k, math.ceil(ttl / 1000))
     -- answered fast
-    return {1, DONE, now, grant, grant, level, 0, 0, 0, leaseEnd, expiry, 0, 0, 0, 0, want, t, now, 0}
+    return {1, DONE, now, grant, grant, level, 0, 0, 0, leaseEnd, expiry, 0, 0, 0, 0, want, t, now, 0, tonumber(v[5]) or 0}
   end
   if #v[1] < 160 or (v[2] or '') == node then return nil, v end -- an earlier release's contest, or its creator's
   local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
@@ -223,7 +223,7 @@ local function serveFast(k, a)
   if ttl > keepTTL then redis.call('PEXPIREAT', k, math.ceil(ttl / 1000)) end
   -- answered fast
   return {1, outcome, hEpoch, grant, 0, level, ps2, ps3, ps4, leaseEnd, expiry, untl, 0, 0, 0, served, servedAt, now,
-    exact}
+    exact, tonumber(v[5]) or 0}
 end
 
 -- Every op the fast path can answer is answered first, then the others
@@ -703,7 +703,8 @@ end
 local function apply(k, p, op, read)
   local h = load(k, read)
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
-    leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0}
+    leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0,
+    reset = h and h.resetAt or 0}
   local held = op.held
   if held < 0 then held = 0 elseif held > ONE then held = ONE end
   local keep = op.keep
@@ -1126,6 +1127,7 @@ for i = 1, #KEYS do
       out[#out + 1] = res.servedAt
       out[#out + 1] = res.now
       out[#out + 1] = res.exact
+      out[#out + 1] = res.reset
     else
       for _, x in ipairs(failed(res)) do out[#out + 1] = x end
     end

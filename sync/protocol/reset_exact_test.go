@@ -175,3 +175,37 @@ func TestAResetHeardAgainIsNotAppliedAgain(t *testing.T) {
 	_, err := h.eng.AllowN(h.now, h.key, h.lim, 1)
 	assert.Error(t, err, "the share it spent since stays spent")
 }
+
+// The store says, in every reply, when the contest was last reset
+// (share.Reply.Reset): a node that has not heard of it yet starts its
+// state afresh before it applies the reply, rather than a beat or so later
+// when the registry tells it. Before, what such a node admitted out of
+// room the fresh pool gave it was forgotten when it heard (it restarts its
+// whole share then): the fleet admitted more than the capacity afresh.
+func TestAReplyTellsTheNodeOfAReset(t *testing.T) {
+	h := newHeldGrant(t)
+	h.spend()
+	_, refuse, _ := h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	require.False(t, refuse)
+	ops := h.s.NextOps(h.now, 0)
+	require.Len(t, ops, 1)
+	us := share.Micros(h.now)
+	reset := us - 500
+	require.Less(t, ops[0].ResetHeard, reset, "the node has not heard of the reset")
+	h.s.OpsDone(ops, []share.Reply{{Outcome: share.Done, Epoch: h.epoch, Grant: share.One / 2, LeaseEnd: us + 10_000_000,
+		Expiry: us + 3_600_000_000, Now: us, Reset: reset}}, nil, false, h.now)
+	assert.Equal(t, uint64(1), h.s.Stats().Resets, "it started the key afresh")
+	admitted := 0
+	for range 100 {
+		if _, err := h.eng.AllowN(h.now, h.key, h.lim, 1); err == nil {
+			admitted++
+		}
+	}
+	assert.GreaterOrEqual(t, admitted, 45, "its half of the key is fresh: about 50 of a burst of 100")
+	h.shortOfItsShare()
+	_, refuse, _ = h.s.Short(h.now, h.now, h.key, h.lim, 1, h.now+int64(time.Second), nil)
+	require.False(t, refuse)
+	ops = h.s.NextOps(h.now, 0)
+	require.Len(t, ops, 1)
+	assert.Equal(t, reset, ops[0].ResetHeard, "its ops say it heard of the reset")
+}

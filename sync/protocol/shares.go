@@ -1491,6 +1491,13 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 	if r.Over {
 		s.stats.over.Add(1)
 	}
+	if r.Reset > 0 {
+		// The store says the key was reset; a node that has not heard of
+		// it yet (the registry tells it a beat or so later) starts its
+		// state afresh now, before it applies what the reply grants it of
+		// the fresh pool: what it admits in that is counted from here on.
+		s.resetHeard(ks.kl, r.Reset, false, us)
+	}
 	if r.Outcome == share.Ended {
 		// The contest is gone and the op changed nothing: the key is the
 		// fleet's even split again.
