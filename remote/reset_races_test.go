@@ -20,13 +20,7 @@ import (
 // crash, a node scaled away without Flush); its home lease and its
 // recovery end; then the key is reset, and b's first request has room.
 func TestResetSharesTakesAGrantThatLapsedBeforeItAsFresh(t *testing.T) {
-	st, set, now := newFleetCase(t, "a", "b")
-	lim := limit.PerHour(10)
-	p, ok := share.ParamsOf(lim)
-	require.True(t, ok)
-	op := st.keyOps(set, "k", lim, 1)
-	a := op(now, "a", share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), Want: 1, Need: share.One})
-	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
+	st, set, _, lim, _, op, a := aHoldsTheKeySpent(t)
 
 	// a sends nothing more: its home lease, and the recovery the store
 	// holds its even split back for, both end; a second later, the reset.
@@ -103,13 +97,7 @@ func TestResetSharesTakesAGrowthNeverReceivedFromBeforeItAsFresh(t *testing.T) {
 // answer now settles no call: the asker waits for the fresh one (which
 // the holder gives when it hears of the reset).
 func TestResetSharesTakesNoRoomFromAnAnswerFromBeforeIt(t *testing.T) {
-	st, set, now := newFleetCase(t, "a", "b")
-	lim := limit.PerHour(10)
-	p, ok := share.ParamsOf(lim)
-	require.True(t, ok)
-	op := st.keyOps(set, "k", lim, 1)
-	a := op(now, "a", share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), Want: 1, Need: share.One})
-	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
+	st, _, now, lim, p, op, a := aHoldsTheKeySpent(t)
 	reset := st.Reset(now+1_000, "b", "k", lim)
 
 	call := op(now+2_000, "b", share.Op{Epoch: a.Epoch, Want: 1, ResetHeard: reset})
@@ -122,4 +110,21 @@ func TestResetSharesTakesNoRoomFromAnAnswerFromBeforeIt(t *testing.T) {
 	r := op(now+4_000, "b", share.Op{Epoch: a.Epoch, Want: 1, ResetHeard: reset})
 	t.Logf("b asks again within the call's window: %+v (branches %+v)", r, st.model.Branches)
 	assert.NotEqual(t, share.NoRoom, r.Outcome, "a's answer was of its state from before the reset: b waits for its fresh one: %+v", r)
+}
+
+// aHoldsTheKeySpent is a fleet of a and b (newFleetCase) where a holds the
+// whole of key "k" (10 an hour), spent: the pool holds nothing. It returns
+// the case, the key's limit and share parameters, op (keyOps on the key,
+// a fleet of one: the contest waits for no join) and a's answer.
+func aHoldsTheKeySpent(t *testing.T) (st *dualStore, set share.Settings, now int64, lim limit.Limit, p share.Params,
+	op func(at int64, node string, o share.Op) share.Reply, a share.Reply) {
+	t.Helper()
+	st, set, now = newFleetCase(t, "a", "b")
+	lim = limit.PerHour(10)
+	p, ok := share.ParamsOf(lim)
+	require.True(t, ok)
+	op = st.keyOps(set, "k", lim, 1)
+	a = op(now, "a", share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), Want: 1, Need: share.One})
+	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
+	return st, set, now, lim, p, op, a
 }

@@ -20,26 +20,8 @@ import (
 // back-off ended, while the node holding the key had its whole burst again
 // (TestResetAsync's resetting node was refused, on a busy machine).
 func TestResetSharesEndsTheCallsBackOff(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	a, err := New(c, Options{Node: "a"})
-	require.NoError(t, err)
-	b, err := New(c, Options{Node: "b"})
-	require.NoError(t, err)
-	set := share.Settings{Lease: 10_000_000, CallWindow: 20_000, Cooldown: 5_000_000, Recovery: 1_000_000}
-	lim := limit.PerHour(10)
-	p, ok := share.ParamsOf(lim)
-	require.True(t, ok)
-	seq := int64(0)
-	op := func(s *Store, o share.Op) share.Reply {
-		t.Helper()
-		seq++
-		o.Key, o.Limit, o.Seq, o.Full, o.Shadow = "k", lim, seq, -1, -1
-		var r [1]share.Reply
-		require.NoError(t, s.ShareOps(bg, set, []share.Op{o}, r[:]))
-		require.NoError(t, r[0].Err)
-		return r[0]
-	}
+	a, b, lim, op := newResetCase(t)
+	p, _ := share.ParamsOf(lim)
 	now := time.Now().UnixMicro()
 	spent := p.Spent(now)
 
@@ -56,7 +38,7 @@ func TestResetSharesEndsTheCallsBackOff(t *testing.T) {
 	r = op(b, share.Op{Epoch: epoch, Want: 1, Fleet: 2})
 	require.Equal(t, share.NoRoom, r.Outcome, "the store has stopped calling for a while")
 
-	_, _, err = b.ResetShares(bg, "k", lim)
+	_, _, err := b.ResetShares(bg, "k", lim)
 	require.NoError(t, err)
 	r = op(b, share.Op{Epoch: epoch, Want: 1, Fleet: 2})
 	require.Equal(t, share.Call, r.Outcome, "after the reset a has room again: the store calls it")
@@ -81,26 +63,8 @@ func TestResetSharesTakesAStateFromBeforeItAsFresh(t *testing.T) {
 		{"a give from a node that heard of it, spent since", func(r int64) int64 { return r }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			cl := srv.Client(t)
-			a, err := New(cl, Options{Node: "a"})
-			require.NoError(t, err)
-			b, err := New(cl, Options{Node: "b"})
-			require.NoError(t, err)
-			set := share.Settings{Lease: 10_000_000, CallWindow: 20_000, Cooldown: 5_000_000, Recovery: 1_000_000}
-			lim := limit.PerHour(10)
-			p, ok := share.ParamsOf(lim)
-			require.True(t, ok)
-			seq := int64(0)
-			op := func(s *Store, o share.Op) share.Reply {
-				t.Helper()
-				seq++
-				o.Key, o.Limit, o.Seq, o.Full, o.Shadow = "k", lim, seq, -1, -1
-				var r [1]share.Reply
-				require.NoError(t, s.ShareOps(bg, set, []share.Op{o}, r[:]))
-				require.NoError(t, r[0].Err)
-				return r[0]
-			}
+			a, b, lim, op := newResetCase(t)
+			p, _ := share.ParamsOf(lim)
 			now := time.Now().UnixMicro()
 			// a holds the whole key, spent: the pool holds nothing.
 			r := op(a, share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), At: now, Want: 1, Need: share.One, Fleet: 1})
@@ -123,4 +87,28 @@ func TestResetSharesTakesAStateFromBeforeItAsFresh(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newResetCase is two stores, a and b, on a fresh redis-server, a key's
+// limit (10 an hour) and op, which sends one op of a store on the key
+// (numbered, neither full nor with a shadow) and returns its answer.
+func newResetCase(t *testing.T) (a, b *Store, lim limit.Limit, op func(s *Store, o share.Op) share.Reply) {
+	c := redistest.Start(t).Client(t)
+	a, err := New(c, Options{Node: "a"})
+	require.NoError(t, err)
+	b, err = New(c, Options{Node: "b"})
+	require.NoError(t, err)
+	set := share.Settings{Lease: 10_000_000, CallWindow: 20_000, Cooldown: 5_000_000, Recovery: 1_000_000}
+	lim = limit.PerHour(10)
+	seq := int64(0)
+	op = func(s *Store, o share.Op) share.Reply {
+		t.Helper()
+		seq++
+		o.Key, o.Limit, o.Seq, o.Full, o.Shadow = "k", lim, seq, -1, -1
+		var r [1]share.Reply
+		require.NoError(t, s.ShareOps(bg, set, []share.Op{o}, r[:]))
+		require.NoError(t, r[0].Err)
+		return r[0]
+	}
+	return a, b, lim, op
 }

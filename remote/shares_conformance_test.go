@@ -211,13 +211,7 @@ func TestShareScriptsConformOnAReportFromAnOldRecord(t *testing.T) {
 // pool before the reset; a node that heard of it gives its state as it
 // is. Each answer the script's and the model's alike, op for op.
 func TestShareScriptsConformOnAReset(t *testing.T) {
-	st, set, now := newFleetCase(t, "a", "b")
-	lim := limit.PerHour(10)
-	p, ok := share.ParamsOf(lim)
-	require.True(t, ok)
-	op := st.keyOps(set, "k", lim, 1) // the contest waits for no join: a holds it all
-	a := op(now, "a", share.Op{Held: share.One, Keep: share.One, State: p.Spent(now), Want: 1, Need: share.One})
-	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
+	st, _, now, lim, p, op, a := aHoldsTheKeySpent(t)
 	reset := st.Reset(now+1_000, "b", "k", lim)
 
 	now += 2_000
