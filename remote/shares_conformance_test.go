@@ -638,3 +638,23 @@ func TestShareScriptsConformOnACallEveryHolderAnswered(t *testing.T) {
 		})
 	}
 }
+
+// An op that names a contest which expired as the op came (sent before its
+// expiry, run just after) finds no contest. Taken for one the store lost,
+// its pool started wholly spent and the request was refused (the
+// simulation's seed 3914: a per-client key refused 2.6 s after anything
+// was spent). A contest expires only after every grant has lapsed and its
+// pool refilled: the new one starts as any new one does.
+func TestShareScriptsConformOnAnOpThatCrossesTheContestsExpiry(t *testing.T) {
+	st, set, now := newFleetCase(t, "a", "b")
+	lim := limit.PerSecond(10)
+	op := st.keyOps(set, "k", lim, 1)
+	first := op(now, "a", share.Op{Want: 1, AskedAt: now, Need: share.One})
+	require.Equal(t, share.Done, first.Outcome, "%+v", first)
+	given := op(now+1_000, "a", share.Op{Epoch: first.Epoch, Held: first.Grant, State: first.Pool, At: now + 1_000})
+	require.Zero(t, given.Grant, "a gives the key back: %+v", given)
+	late := op(given.Expiry+1, "b", share.Op{Epoch: first.Epoch, Want: 1, AskedAt: given.Expiry - 100})
+	t.Logf("b's op, sent before the contest's expiry, run just after: %+v", late)
+	assert.False(t, late.Lost, "an expired contest is not a lost one: %+v", late)
+	assert.Equal(t, share.Done, late.Outcome, "its pool refilled long ago: %+v", late)
+}

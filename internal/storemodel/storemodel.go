@@ -223,12 +223,13 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 		return share.Reply{Now: now, Outcome: share.Ended}
 	}
 	k := kl{op.Key, op.Limit}
+	ended := m.keys[k] != nil && m.keys[k].Expiry <= now // expired as the op came: not lost
 	h := m.Hash(now, op.Key, op.Limit)
 	var before int64 = -1
 	if h != nil {
 		before = h.Pool + h.Unknown + h.Reserved + granted(h)
 	}
-	r := apply(p, h, now, node, set, op, &m.Branches)
+	r := apply(p, h, ended, now, node, set, op, &m.Branches)
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
@@ -248,9 +249,9 @@ type result struct {
 	reply share.Reply
 }
 
-// apply is one op on hash h (nil: absent) at now. It is the script's logic,
-// step for step.
-func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
+// apply is one op on hash h (nil: absent; ended: it expired as the op
+// came) at now. It is the script's logic, step for step.
+func apply(p share.Params, h *Hash, ended bool, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
 	reply := share.Reply{Now: now}
 	if h != nil {
 		reply.Reset = h.ResetAt
@@ -331,12 +332,14 @@ func apply(p share.Params, h *Hash, now int64, node string, set share.Settings, 
 				br.PooledShadow++
 			}
 		}
-		if op.Epoch != 0 {
+		if op.Epoch != 0 && !ended {
 			// It held nothing of a contest that is gone before the node
 			// saw it end (a node forgets the contest's epoch once its
 			// expiry passed): lost (deleted, evicted, a restart) with
 			// what its pool had spent. The pool starts wholly spent, as a
-			// lost contest's does.
+			// lost contest's does. Not one that expired as the op came
+			// (sent before its expiry): its grants had lapsed and its
+			// pool refilled, or it would not have expired (extend).
 			held, keep = 0, 0
 			h.PoolState, h.PoolAt = p.Spent(now), now
 			reply.Lost = true

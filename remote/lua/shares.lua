@@ -401,7 +401,7 @@ local function load(k, v)
     resetAt = tonumber(v[5]) or 0}
   if h.expiry <= now then
     redis.call('DEL', k) -- expired, to the µs: the contest has ended
-    return nil
+    return nil, true
   end
   if v[3] then h.recs[node] = unrec(v[3]) end
   if aggregates then
@@ -701,7 +701,7 @@ end
 
 -- One op.
 local function apply(k, p, op, read)
-  local h = load(k, read)
+  local h, ended = load(k, read) -- ended: the contest expired (its pool refilled), not lost
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
     leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0,
     reset = h and h.resetAt or 0}
@@ -767,10 +767,12 @@ local function apply(k, p, op, read)
       local s = decay(p, {op.shadow, 0, 0, 0}, op.at, h.poolAt)
       if s[1] > h.ps[1] then h.ps = {s[1], h.ps[2], h.ps[3], h.ps[4]} end
     end
-    if op.epoch ~= 0 then
+    if op.epoch ~= 0 and not ended then
       -- the node held nothing of a contest that is gone before the node saw
       -- it end: lost (deleted, evicted, a restart) with what its pool had
-      -- spent: the pool starts wholly spent, as a lost contest's does
+      -- spent: the pool starts wholly spent, as a lost contest's does (not
+      -- one that expired as the op came: its grants had lapsed and its
+      -- pool refilled)
       held, keep = 0, 0
       h.ps, h.poolAt = spent(p, now), now
       r.lost = 1
