@@ -50,10 +50,12 @@ func (s *Store) reset(ctx context.Context, key string, lim limit.Limit, shares b
 	if !shares {
 		fresh = s.freshFor(lim)
 	}
+	active := int64(0) // Async: how long a reset with no contest is kept, µs
 	if shares {
 		keys = append(keys, asyncKey(s.prefix, lim, key)) // the same hash tag too
+		active = int64(s.active / time.Microsecond)
 	}
-	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period, fresh).Slice()
+	vals, err := run(ctx, s.client, s.scripts.reset, keys, s.node, kind, period, fresh, active).Slice()
 	if err != nil {
 		return false, 0, classify("reset", key, err)
 	}

@@ -128,3 +128,32 @@ func aHoldsTheKeySpent(t *testing.T) (st *dualStore, set share.Settings, now int
 	require.Equal(t, int64(share.One), a.Grant, "a holds the whole key, spent")
 	return st, set, now, lim, p, op, a
 }
+
+// A reset with no contest is kept all the same, an active window (rs,
+// until rx). A node that has not heard of it yet and decided a pooled key
+// alone in an even split before the fleet grew (carriesSpend) may make the
+// contest with its shadow from before the reset: the pool is not charged
+// with it, and the resetting node's first request, served from the pool,
+// is admitted. Before, reset.lua kept nothing when there was no contest,
+// and the pool started as spent as that shadow: refused for the period.
+func TestResetSharesWithNoContestForgetsAShadowFromBeforeIt(t *testing.T) {
+	st, set, now := newFleetCase(t, "a", "b")
+	lim := limit.PerHour(1) // one request: pooled over two nodes
+	p, ok := share.ParamsOf(lim)
+	require.True(t, ok)
+	// No contest: b resets the key (reset.lua finds nothing to reset in
+	// the contest's hash and writes no rs).
+	reset := st.Reset(now, "b", "k", lim)
+	// a, not having heard of it, reports what it admitted alone before:
+	// its whole burst, a moment before the reset.
+	replies := make([]share.Reply, 1)
+	st.Ops(now+1_000, "a", set, []share.Op{{Key: "k", Limit: lim, Fleet: 2, Pooled: true, Seq: now + 1_000, At: now + 1_000,
+		Full: -1, Shadow: p.Spent(now).Level, ShadowSince: now - 1_000, ResetHeard: reset - 1}}, replies)
+	t.Logf("a reports its spend from before the reset: %+v (branches %+v)", replies[0], st.model.Branches)
+	// b, which made the reset, asks: served from the pool.
+	at := now + 2_000
+	st.Ops(at, "b", set, []share.Op{{Key: "k", Limit: lim, Fleet: 2, Pooled: true, Seq: at, At: at, AskedAt: at,
+		Want: 1, Serve: true, Each: 1, Full: -1, Shadow: -1, ResetHeard: reset}}, replies)
+	t.Logf("b asks after its reset: %+v", replies[0])
+	assert.Equal(t, int64(1), replies[0].Served, "the key was reset and nobody admitted since: b's request is served: %+v", replies[0])
+}

@@ -32,7 +32,10 @@ type Model struct {
 	// beat (µs).
 	ActiveWindow int64
 
-	keys    map[kl]*Hash
+	keys map[kl]*Hash
+	// resets are the resets of keys with no contest then, each kept an
+	// active window (reset.lua's rs and rx), until a contest takes it.
+	resets  map[kl]mark
 	members map[string]int64 // node → µs of its last beat
 	entries map[string]*entry
 	stamp   int64 // the last change stamp handed out
@@ -168,21 +171,35 @@ func New(activeWindow int64) *Model {
 // was flushed.
 func (m *Model) Restart() {
 	m.keys = make(map[kl]*Hash)
+	m.resets = make(map[kl]mark)
 	m.members = make(map[string]int64)
 	m.entries = make(map[string]*entry)
 	m.stamp = 0
 }
 
 // Delete removes one key's hash, as a key evicted or deleted.
-func (m *Model) Delete(key string, lim limit.Limit) { delete(m.keys, kl{key, lim}) }
+func (m *Model) Delete(key string, lim limit.Limit) {
+	delete(m.keys, kl{key, lim})
+	delete(m.resets, kl{key, lim})
+}
+
+// mark is a reset of a key with no contest (µs), kept until until.
+type mark struct{ at, until int64 }
 
 // Reset is reset.lua on (key, lim)'s contest at now (µs): its pool's state
 // made fresh, the call's back-off and the creator's shadow forgotten, and
 // the reset's time kept (ResetAt). It reports whether there was a contest.
 func (m *Model) Reset(now int64, key string, lim limit.Limit) bool {
 	p, ok := share.ParamsOf(lim)
+	if !ok {
+		return false
+	}
 	h := m.Hash(now, key, lim)
-	if !ok || h == nil {
+	if h == nil {
+		// No contest: the reset is kept an active window all the same,
+		// for the contest a node that has not heard of it may make with
+		// what it admitted alone before it.
+		m.resets[kl{key, lim}] = mark{now, now + m.ActiveWindow}
 		return false
 	}
 	h.PoolState, h.PoolAt = p.Decay(share.State{}, 0, now), now
@@ -225,11 +242,18 @@ func (m *Model) Op(now int64, node string, set share.Settings, op share.Op) shar
 	k := kl{op.Key, op.Limit}
 	ended := m.keys[k] != nil && m.keys[k].Expiry <= now // expired as the op came: not lost
 	h := m.Hash(now, op.Key, op.Limit)
+	rs := int64(0) // a reset of the key with no contest, for the contest this op may make
+	if mk, ok := m.resets[k]; ok && h == nil && !ended && mk.until > now {
+		rs = mk.at
+	}
 	var before int64 = -1
 	if h != nil {
 		before = h.Pool + h.Unknown + h.Reserved + granted(h)
 	}
-	r := apply(p, h, ended, now, node, set, op, &m.Branches)
+	r := apply(p, h, ended, rs, now, node, set, op, &m.Branches)
+	if r.hash != nil && h == nil {
+		delete(m.resets, k) // the contest keeps it now (rs), and goes with it
+	}
 	if r.hash == nil {
 		delete(m.keys, k)
 	} else {
@@ -250,8 +274,9 @@ type result struct {
 }
 
 // apply is one op on hash h (nil: absent; ended: it expired as the op
-// came) at now. It is the script's logic, step for step.
-func apply(p share.Params, h *Hash, ended bool, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
+// came; rs: the key was reset then, with no contest) at now. It is the
+// script's logic, step for step.
+func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set share.Settings, op share.Op, br *Branches) result {
 	reply := share.Reply{Now: now}
 	if h != nil {
 		reply.Reset = h.ResetAt
@@ -292,7 +317,8 @@ func apply(p share.Params, h *Hash, ended bool, now int64, node string, set shar
 		// it, believed; what the others held is unknown until a lease has
 		// passed, then taken as wholly spent.
 		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{},
-			Unknown: share.One - held, UnknownUntil: now + set.Lease + set.Recovery}
+			Unknown: share.One - held, UnknownUntil: now + set.Lease + set.Recovery, ResetAt: rs}
+		reply.Reset = rs
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
 		reply.Lost = true
 	case h == nil && op.Want <= 0 && !carriesSpend(p, op) || h == nil && op.Leave:
@@ -306,7 +332,8 @@ func apply(p share.Params, h *Hash, ended bool, now int64, node string, set shar
 		if op.Want <= 0 {
 			br.ReportedSpend++ // carriesSpend: a report of what it admitted alone
 		}
-		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}}
+		h = &Hash{Epoch: now, PoolAt: now, PoolState: p.Decay(share.State{}, 0, now), Records: map[string]*Record{}, ResetAt: rs}
+		reply.Reset = rs
 		if op.AskedAt > 0 && op.AskedAt < now {
 			// A new contest's pool is the part of the limit nobody held:
 			// as full when the request waiting on it was made (up to a
@@ -320,7 +347,7 @@ func apply(p share.Params, h *Hash, ended bool, now int64, node string, set shar
 		if !op.Pooled {
 			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
-		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 {
+		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && rs <= op.ResetHeard {
 			// A pooled key no node decides in an even split now, but its
 			// creator may have before the fleet grew (one over a smaller
 			// fleet held a request): what it admitted so is spent, and its
@@ -346,7 +373,7 @@ func apply(p share.Params, h *Hash, ended bool, now int64, node string, set shar
 		}
 		h.Pool = share.One - h.Reserved - held
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
-		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 {
+		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 && rs <= op.ResetHeard {
 			h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
 		}
 	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0 && (h.Joins == 0 || h.Records[node] != nil):

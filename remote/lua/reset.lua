@@ -5,8 +5,9 @@
 -- KEYS[2]  the sliding window log's companion, or KEYS[1] again
 -- KEYS[3]  the key's contest (shares.lua), or absent: Sync mode
 -- ARGV     node, kind (0 bucket, 1 a window counter, 2 the sliding window
---          log), period µs (windows), and for Sync mode the ms the fresh
---          state outlives the reset (0: none)
+--          log), period µs (windows), for Sync mode the ms the fresh state
+--          outlives the reset (0: none), and for Async mode the active
+--          window µs (how long a reset with no contest is kept: rs, rx)
 --
 -- The exact state is deleted. In Sync mode a fresh state takes its place (a
 -- full bucket, an empty window) for as long as another node's copy of the
@@ -58,7 +59,18 @@ if raw then
     -- rs: an op of a node that has not heard of it yet gives back its
     -- state as fresh (shares.lua).
     redis.call('HSET', KEYS[3], 'm', struct.pack(format, unpack(m, 1, n)), 'rs', now)
-    had = had + 1
+    return {1, now}
   end
+end
+-- No contest (or one that has ended): the reset is kept an active window
+-- (rs, until rx) all the same. A node that has not heard of it may make
+-- the key's contest meanwhile with what it admitted alone before it (a
+-- pooled key's spend, when the fleet grew): the contest takes that as
+-- from before the reset, and charges nothing of it.
+local active = tonumber(ARGV[5]) or 0
+if active > 0 then
+  if raw then redis.call('DEL', KEYS[3]) end
+  redis.call('HSET', KEYS[3], 'rs', now, 'rx', now + active)
+  redis.call('PEXPIREAT', KEYS[3], math.ceil((now + active) / 1000))
 end
 return {had > 0 and 1 or 0, now}

@@ -116,7 +116,7 @@ local function serveFast(k, a)
     if x <= most then return t end
     return t + math.ceil((x - most) / 1000)
   end
-  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs')
+  local v = redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs', 'rx')
   if not v[1] then
     -- No contest: this request makes it (a per-client key's first request,
     -- or its first since its contest ended), its pool the whole limit, full
@@ -125,6 +125,8 @@ local function serveFast(k, a)
     -- splits back for the fleet; not a node carrying what it admitted
     -- alone, nor one that held the key in a contest now gone.)
     if epoch ~= 0 or pooled ~= 1 or shadow > 0 then return nil, v end
+    local rs = 0 -- a reset with no contest, kept an active window (reset.lua)
+    if v[5] and tonumber(v[6] or 0) > now then rs = tonumber(v[5]) end
     local poolAt = now
     if asked > 0 and asked < now then poolAt = math.max(asked, now - WINDOW) end
     local from = math.min(math.max(asked, poolAt), now)
@@ -139,12 +141,12 @@ local function serveFast(k, a)
     local expiry = now + 2 * lease + refill
     local ttl = expiry + LEASE
     redis.call('HSET', k, 'm', struct.pack(META, now, expiry, ONE - grant, x1, 0, 0, 0, t, 0, 0, 0, 0, 0, 0, 0, 0, 0, grant,
-      lapse, ttl), 'la', string.format('%d %s', now, node),
+      lapse, ttl), 'la', string.format('%d %s', now, node), 'rs', rs,
       rk, struct.pack(REC, grant, leaseEnd, grant, gs1, 0, 0, 0, now, seq, DONE, 0, want, t, 0, 0, heard))
     fastWrote = true
     redis.call('PEXPIREAT', k, math.ceil(ttl / 1000))
     -- answered fast
-    return {1, DONE, now, grant, grant, level, 0, 0, 0, leaseEnd, expiry, 0, 0, 0, 0, want, t, now, 0, tonumber(v[5]) or 0}
+    return {1, DONE, now, grant, grant, level, 0, 0, 0, leaseEnd, expiry, 0, 0, 0, 0, want, t, now, 0, rs}
   end
   if #v[1] < 160 or (v[2] or '') == node then return nil, v end -- an earlier release's contest, or its creator's
   local hEpoch, expiry, pool, ps1, ps2, ps3, ps4, poolAt, joins, callAt, quiet, fails, unknown, unknownUntil,
@@ -389,8 +391,14 @@ end
 -- The contest (h) with its own record only; every record once all() ran.
 -- v: the contest's fields as the fast path read them (nil: read them).
 local function load(k, v)
-  v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs')
-  if not v[1] then return nil end
+  v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs', 'rx')
+  if not v[1] then
+    -- no contest; a reset with no contest is kept an active window (rs,
+    -- until rx: reset.lua), for the contest an op makes
+    local rs = 0
+    if v[5] and tonumber(v[6] or 0) > now then rs = tonumber(v[5]) end
+    return nil, false, rs
+  end
   local aggregates = #v[1] >= 160
   local m
   if aggregates then m = {struct.unpack(META, v[1])} else m = {struct.unpack(OLDMETA, v[1])} end
@@ -446,6 +454,10 @@ end
 
 local function save(h)
   local args = {'m', ''}
+  if h.rsDirty then
+    args[#args + 1] = 'rs'
+    args[#args + 1] = h.resetAt
+  end
   if h.xnDirty then
     args[#args + 1] = 'xn'
     args[#args + 1] = h.exNode
@@ -701,7 +713,8 @@ end
 
 -- One op.
 local function apply(k, p, op, read)
-  local h, ended = load(k, read) -- ended: the contest expired (its pool refilled), not lost
+  local h, ended, rs = load(k, read) -- ended: the contest expired (its pool refilled), not lost
+  rs = rs or 0
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
     leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0,
     reset = h and h.resetAt or 0}
@@ -739,6 +752,7 @@ local function apply(k, p, op, read)
   local isFresh = false
   if h == nil and op.epoch ~= 0 and held > 0 and not op.leave then
     h = newHash(p, now, k)
+    h.resetAt, h.rsDirty, r.reset = rs, true, rs
     h.unknown, h.unknownUntil = ONE - held, now + LEASE + RECOVERY
     local r0 = record(h, node)
     setShare(h, r0, held, 0)
@@ -749,6 +763,7 @@ local function apply(k, p, op, read)
     return r
   elseif h == nil then
     h = newHash(p, now, k)
+    h.resetAt, h.rsDirty, r.reset = rs, true, rs
     if op.asked > 0 and op.asked < now then
       -- A new contest's pool is the part of the limit nobody held: as
       -- full when the request waiting on it was made (up to a call window
@@ -760,10 +775,11 @@ local function apply(k, p, op, read)
     if not op.pooled then
       h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
-    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 then
+    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and rs <= op.resetHeard then
       -- a pooled key its creator decided before the fleet grew: what it
       -- admitted so is spent (its shadow, as of the op's time), and the
-      -- pool starts no fuller
+      -- pool starts no fuller (unless the key was reset since, and the
+      -- creator has not heard of it)
       local s = decay(p, {op.shadow, 0, 0, 0}, op.at, h.poolAt)
       if s[1] > h.ps[1] then h.ps = {s[1], h.ps[2], h.ps[3], h.ps[4]} end
     end
@@ -781,7 +797,7 @@ local function apply(k, p, op, read)
     local r0 = record(h, node)
     setShare(h, r0, held, 0)
     r0.leaseEnd = now + LEASE
-    if op.epoch == 0 and not op.pooled and op.shadow >= 0 then
+    if op.epoch == 0 and not op.pooled and op.shadow >= 0 and rs <= op.resetHeard then
       h.exNode, h.exSince, h.exOK, h.xnDirty = node, op.shadowSince, true, true
     end
   elseif op.epoch ~= h.epoch and op.epoch ~= 0 and held > 0 and (h.joins == 0 or h.recs[node] ~= nil) then
