@@ -1,8 +1,10 @@
 package sharesim
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func BenchmarkSpreadDemand(b *testing.B) {
 	lim := limit.Per(10, time.Second).WithBurst(10).Canonical()
 	for _, rate := range []float64{5, 12, 20, 40, 100} {
 		for _, skew := range []float64{0, 0.7} {
-			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 4, lim, rate, skew) })
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 4, 1, lim, rate, skew) })
 		}
 	}
 }
@@ -40,7 +42,22 @@ func BenchmarkPooledDemand(b *testing.B) {
 	lim := limit.PerSecond(1).WithBurst(1).Canonical()
 	for _, rate := range []float64{0.5, 1, 2, 10} {
 		for _, skew := range []float64{0, 0.7} {
-			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 6, lim, rate, skew) })
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 6, 1, lim, rate, skew) })
+		}
+	}
+}
+
+// BenchmarkPerClientDemand is BenchmarkPooledDemand with 60 such keys at
+// once, each at the rate given, skewed to a node of its own (key i to node
+// i mod 6): a node's estimate of how often its homes are called away
+// unused (a home is made on a key's first request, as for a client pinned
+// to the node) learns from many keys, as in the per-client workloads of
+// make bench-keys, where one key could not teach it.
+func BenchmarkPerClientDemand(b *testing.B) {
+	lim := limit.PerSecond(1).WithBurst(1).Canonical()
+	for _, rate := range []float64{0.2, 0.5, 1, 2} {
+		for _, skew := range []float64{0, 0.7, 1} {
+			b.Run(fmt.Sprintf("rate=%g/skew=%g", rate, skew), func(b *testing.B) { benchSpread(b, 6, 60, lim, rate, skew) })
 		}
 	}
 }
@@ -48,14 +65,16 @@ func BenchmarkPooledDemand(b *testing.B) {
 // benchSpread runs spreadScenario on four seeds and reports what it cost
 // and what it admitted after the fleet's first two seconds, and how many
 // decisions the store answered or made wait past AskWait (late).
-func benchSpread(b *testing.B, nodes int, lim limit.Limit, rate, skew float64) {
+func benchSpread(b *testing.B, nodes, keys int, lim limit.Limit, rate, skew float64) {
 	var ops, requests, decisions, admitted, exact, remote int64
 	var kinds opKinds
 	for range b.N {
 		ops, requests, decisions, admitted, exact, remote, kinds = 0, 0, 0, 0, 0, 0, opKinds{}
 		for seed := int64(1); seed <= 4; seed++ {
-			sc := spreadScenario(seed, nodes, lim, rate, skew)
-			exact += exactAdmits(sc.Requests, lim, 2*time.Second)
+			sc := spreadScenario(seed, nodes, keys, lim, rate, skew)
+			for k := range sc.Keys {
+				exact += exactAdmits(sc.Requests, k, lim, 2*time.Second)
+			}
 			rec := RunOn(sc, &kindStore{ModelStore: ModelStore{Model: storemodel.New(share.Duration(sc.ActiveWindow))}, kinds: &kinds})
 			ops += rec.Ops
 			requests += int64(len(sc.Requests))
@@ -86,8 +105,9 @@ func benchSpread(b *testing.B, nodes int, lim limit.Limit, rate, skew float64) {
 }
 
 // spreadScenario is one run of the benchmarks above: 10 s, nodes nodes, the
-// default interval (20 ms), one key under lim.
-func spreadScenario(seed int64, nodes int, lim limit.Limit, rate, skew float64) *Scenario {
+// default interval (20 ms), keys keys under lim, each at rate, skew of each
+// key's requests to a node of its own (key i to node i mod nodes).
+func spreadScenario(seed int64, nodes, keys int, lim limit.Limit, rate, skew float64) *Scenario {
 	r := rand.New(rand.NewPCG(uint64(seed), 7))
 	sc := &Scenario{Seed: seed, Interval: 20 * time.Millisecond, AskWait: 40 * time.Millisecond, Lease: time.Second,
 		ActiveWindow: time.Second, Duration: 10 * time.Second, FleetSize: nodes}
@@ -95,25 +115,36 @@ func spreadScenario(seed int64, nodes int, lim limit.Limit, rate, skew float64) 
 	for i := range sc.Nodes {
 		sc.Nodes[i].Leave = sc.Duration
 	}
-	sc.Keys = []Key{{Name: "k", Limits: []limit.Limit{lim}, Routing: Random, Fraction: rate / perSecond(lim), Weight: 1}}
-	for at := time.Duration(r.ExpFloat64() / rate * float64(time.Second)); at < sc.Duration; at += time.Duration(r.ExpFloat64() / rate * float64(time.Second)) {
-		node := r.IntN(len(sc.Nodes))
-		if r.Float64() < skew {
-			node = 0
+	for k := range keys {
+		name := "k"
+		if keys > 1 {
+			name = fmt.Sprintf("k%d", k)
 		}
-		sc.Requests = append(sc.Requests, Request{At: at, Node: node, N: 1})
+		sc.Keys = append(sc.Keys, Key{Name: name, Limits: []limit.Limit{lim}, Routing: Random, Fraction: rate / perSecond(lim), Weight: 1})
+		for at := time.Duration(r.ExpFloat64() / rate * float64(time.Second)); at < sc.Duration; at += time.Duration(r.ExpFloat64() / rate * float64(time.Second)) {
+			node := r.IntN(len(sc.Nodes))
+			if r.Float64() < skew {
+				node = k % nodes
+			}
+			sc.Requests = append(sc.Requests, Request{At: at, Node: node, Key: k, N: 1})
+		}
 	}
+	slices.SortStableFunc(sc.Requests, func(a, b Request) int { return cmp.Compare(a.At, b.At) })
 	return sc
 }
 
-// exactAdmits is how many of reqs (weight 1, in time order) one exact token
-// bucket of lim admits from from on, having seen every request before.
-func exactAdmits(reqs []Request, lim limit.Limit, from time.Duration) int64 {
+// exactAdmits is how many of key's requests among reqs (weight 1, in time
+// order) one exact token bucket of lim admits from from on, having seen
+// every request before.
+func exactAdmits(reqs []Request, key int, lim limit.Limit, from time.Duration) int64 {
 	t := lim.Period / time.Duration(lim.Rate) // the emission interval
 	tau := time.Duration(lim.Capacity()) * t
 	var tat time.Duration
 	n := int64(0)
 	for _, r := range reqs {
+		if r.Key != key {
+			continue
+		}
 		next := max(tat, r.At) + t
 		if next-r.At > tau {
 			continue
