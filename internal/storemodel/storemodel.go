@@ -281,6 +281,13 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 	if h != nil {
 		reply.Reset = h.ResetAt
 	}
+	// A node that has not heard of the key's last reset (it hears through
+	// the registry, a beat or so later) sends its state from before it.
+	before := rs > op.ResetHeard
+	if h != nil {
+		before = h.ResetAt > op.ResetHeard
+	}
+	unspent := p.Decay(share.State{}, 0, now) // a state nothing was spent of: what a reset makes
 	held := clamp(op.Held, 0, share.One)
 	keep := clamp(op.Keep, 0, held)
 	if op.Leave {
@@ -347,7 +354,7 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 		if !op.Pooled {
 			h.Joins = fleet - 1
 			h.Reserved = h.Joins * share.Even(int(fleet))
-		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && rs <= op.ResetHeard {
+		} else if op.Epoch == 0 && p.Kind == share.Bucket && op.Shadow > 0 && !before {
 			// A pooled key no node decides in an even split now, but its
 			// creator may have before the fleet grew (one over a smaller
 			// fleet held a request): what it admitted so is spent, and its
@@ -373,7 +380,7 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 		}
 		h.Pool = share.One - h.Reserved - held
 		h.Records[node] = &Record{Grant: held, LeaseEnd: now + set.Lease} // believed, and held until it reports again
-		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 && rs <= op.ResetHeard {
+		if op.Epoch == 0 && !op.Pooled && op.Shadow >= 0 && !before {
 			h.ExNode, h.ExSince, h.ExOK = node, op.ShadowSince, true
 		}
 	case op.Epoch != h.Epoch && op.Epoch != 0 && held > 0 && (h.Joins == 0 || h.Records[node] != nil):
@@ -395,18 +402,15 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 		fresh = true
 	}
 
-	// A node that has not heard of the contest's last reset (it hears
-	// through the registry, a beat or so later) sends its state from before
-	// it: what it gives back returns fresh, as the reset made the pool, and
-	// what it admitted alone charges nothing. (Given as it was, a spent
-	// state spent the fresh pool again: the key stayed exhausted for its
-	// period.)
-	before := h.ResetAt > op.ResetHeard
+	// What a node that has not heard of the contest's last reset gives back
+	// returns fresh, as the reset made the pool, and what it admitted alone
+	// charges nothing. (Given as it was, a spent state spent the fresh pool
+	// again: the key stayed exhausted for its period.)
 	given, heard := state, op.Heard
 	if before {
 		// (and a call it answers with nothing to spare was answered of
 		// that state: the asker waits for its answer of the fresh one)
-		given, heard = p.Decay(share.State{}, 0, now), 0
+		given, heard = unspent, 0
 		br.BeforeReset++
 	}
 	// spentAt: what a share spent at t returns as now; fresh when t is
@@ -414,7 +418,7 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 	// reset made the share nobody held fresh).
 	spentAt := func(t int64) share.State {
 		if t <= h.ResetAt {
-			return p.Decay(share.State{}, 0, now)
+			return unspent
 		}
 		return p.Decay(p.Spent(t), t, now)
 	}
@@ -532,7 +536,7 @@ func apply(p share.Params, h *Hash, ended bool, rs, now int64, node string, set 
 			d := rec.Grant - held
 			switch {
 			case rec.Growth > 0 && d == rec.Growth && rec.GrowthAt < h.ResetAt:
-				give(p, h, now, d, p.Decay(share.State{}, 0, now)) // an answer it never got, of the pool before the reset
+				give(p, h, now, d, unspent) // an answer it never got, of the pool before the reset
 				br.BeforeReset++
 			case rec.Growth > 0 && d == rec.Growth:
 				give(p, h, now, d, p.Decay(rec.GrowthState, rec.GrowthAt, now)) // an answer it never got

@@ -87,6 +87,14 @@ local function recValues(v)
   return struct.unpack(REC, v)
 end
 
+-- markedReset is the reset reset.lua keeps of a key with no contest, from
+-- the fields v read (HMGET m, xn, r:node, la, rs, rx): rs while rx has not
+-- passed, else 0.
+local function markedReset(v)
+  if v[5] and tonumber(v[6] or 0) > now then return tonumber(v[5]) end
+  return 0
+end
+
 local fastWrote -- set once serveFast has written the contest
 local function serveFast(k, a)
   local kind, interval, tolerance, capacity, _, _, epoch, held, keep, _, _, _, _, _, want, asked, need, _,
@@ -125,8 +133,7 @@ local function serveFast(k, a)
     -- splits back for the fleet; not a node carrying what it admitted
     -- alone, nor one that held the key in a contest now gone.)
     if epoch ~= 0 or pooled ~= 1 or shadow > 0 then return nil, v end
-    local rs = 0 -- a reset with no contest, kept an active window (reset.lua)
-    if v[5] and tonumber(v[6] or 0) > now then rs = tonumber(v[5]) end
+    local rs = markedReset(v)
     local poolAt = now
     if asked > 0 and asked < now then poolAt = math.max(asked, now - WINDOW) end
     local from = math.min(math.max(asked, poolAt), now)
@@ -338,6 +345,11 @@ local function when(p, g, w, x, t)
   return nxt + math.ceil(p.period * (1 - most / x[3]))
 end
 
+-- fresh is a state nothing was spent of, as of now: what a reset makes.
+local function fresh(p)
+  return decay(p, {0, 0, 0, 0}, 0, now)
+end
+
 local function spent(p, t)
   if p.level then return {p.capacity * p.interval, 0, 0, 0} end
   return {0, math.floor(t / p.period), p.rate * ONE, 0}
@@ -393,11 +405,9 @@ end
 local function load(k, v)
   v = v or redis.call('HMGET', k, 'm', 'xn', rk, 'la', 'rs', 'rx')
   if not v[1] then
-    -- no contest; a reset with no contest is kept an active window (rs,
-    -- until rx: reset.lua), for the contest an op makes
-    local rs = 0
-    if v[5] and tonumber(v[6] or 0) > now then rs = tonumber(v[5]) end
-    return nil, false, rs
+    -- no contest; a reset of it is kept an active window, for the contest
+    -- an op makes
+    return nil, false, markedReset(v)
   end
   local aggregates = #v[1] >= 160
   local m
@@ -715,6 +725,9 @@ end
 local function apply(k, p, op, read)
   local h, ended, rs = load(k, read) -- ended: the contest expired (its pool refilled), not lost
   rs = rs or 0
+  -- A node that has not heard of the key's last reset (it hears through
+  -- the registry, a beat or so later) sends its state from before it.
+  local before = (h and h.resetAt or rs) > op.resetHeard
   local r = {outcome = DONE, epoch = 0, grant = 0, growth = 0, pool = {0, 0, 0, 0},
     leaseEnd = 0, expiry = 0, untl = 0, lost = 0, over = 0, replace = 0, served = 0, servedAt = 0, now = now, exact = 0,
     reset = h and h.resetAt or 0}
@@ -775,7 +788,7 @@ local function apply(k, p, op, read)
     if not op.pooled then
       h.joins = fleet - 1
       h.reserved = h.joins * even(fleet)
-    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and rs <= op.resetHeard then
+    elseif op.epoch == 0 and p.kind == BUCKET and op.shadow > 0 and not before then
       -- a pooled key its creator decided before the fleet grew: what it
       -- admitted so is spent (its shadow, as of the op's time), and the
       -- pool starts no fuller (unless the key was reset since, and the
@@ -797,7 +810,7 @@ local function apply(k, p, op, read)
     local r0 = record(h, node)
     setShare(h, r0, held, 0)
     r0.leaseEnd = now + LEASE
-    if op.epoch == 0 and not op.pooled and op.shadow >= 0 and rs <= op.resetHeard then
+    if op.epoch == 0 and not op.pooled and op.shadow >= 0 and not before then
       h.exNode, h.exSince, h.exOK, h.xnDirty = node, op.shadowSince, true, true
     end
   elseif op.epoch ~= h.epoch and op.epoch ~= 0 and held > 0 and (h.joins == 0 or h.recs[node] ~= nil) then
@@ -814,23 +827,21 @@ local function apply(k, p, op, read)
     isFresh = true
   end
 
-  -- A node that has not heard of the contest's last reset (it hears
-  -- through the registry, a beat or so later) sends its state from before
-  -- it: what it gives back returns fresh, as the reset made the pool, and
-  -- what it admitted alone charges nothing. (Given as it was, a spent
-  -- state spent the fresh pool again.)
-  local before = h.resetAt > op.resetHeard
+  -- What a node that has not heard of the contest's last reset gives back
+  -- returns fresh, as the reset made the pool, and what it admitted alone
+  -- charges nothing. (Given as it was, a spent state spent the fresh pool
+  -- again.)
   local given, heard = state, op.heard
   if before then
     -- (and a call it answers with nothing to spare was answered of that
     -- state: the asker waits for its answer of the fresh one)
-    given, heard = decay(p, {0, 0, 0, 0}, 0, now), 0
+    given, heard = fresh(p), 0
   end
   -- spentAt: what a share spent at t returns as now; fresh when t is before
   -- the contest's last reset (it lapsed, unreported, before the reset made
   -- the share nobody held fresh).
   local function spentAt(t)
-    if t <= h.resetAt then return decay(p, {0, 0, 0, 0}, 0, now) end
+    if t <= h.resetAt then return fresh(p) end
     return decay(p, spent(p, t), t, now)
   end
 
@@ -925,7 +936,7 @@ local function apply(k, p, op, read)
     elseif held < rec.grant then
       local d = rec.grant - held
       if rec.growth > 0 and d == rec.growth and rec.growthAt < h.resetAt then
-        give(p, h, d, decay(p, {0, 0, 0, 0}, 0, now)) -- the pool's state then was from before the reset
+        give(p, h, d, fresh(p)) -- the pool's state then was from before the reset
       elseif rec.growth > 0 and d == rec.growth then
         give(p, h, d, decay(p, rec.gs, rec.growthAt, now))
       else
