@@ -379,19 +379,11 @@ func (a *Runner) gatherOps(ctx context.Context) bool {
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-a.wakeOps:
-			// More ops came: one a request waits on (an ask) goes at
-			// once, with what was gathered.
-			if a.sh.Urgent() {
-				return true
-			}
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -13,9 +13,15 @@ import "time"
 // with its p99 latency within the runs' spread (docs/benchmarks.md, "Ops
 // gathered into fewer calls"). Only ops no request waits on are gathered
 // (renewals, growth before a request is short, idle keys given back): an
-// ask or a call's answer (protocol.Shares.Urgent) goes at once and takes
-// what was gathered with it. A node whose last call began long ago calls
-// at once too: a quiet node has nothing to gather.
+// ask or a call's answer (protocol.Shares.Urgent) waiting when the sender
+// wakes goes at once and takes what was gathered with it. One made while
+// the sender gathers waits for the window's end (at most a tenth of the
+// interval): woken for it, the sender went at once so often in W1 (asks
+// come about every millisecond) that it gathered next to nothing, W1's
+// calls a decision back from 0.18 to 0.29 and its Redis CPU above Sync's,
+// its p99 no better (two interleaved pairs, docs/benchmarks.md). A node
+// whose last call began long ago calls at once too: a quiet node has
+// nothing to gather.
 type gather struct {
 	wait time.Duration // how long a busy node gathers: a tenth of the interval, at most maxGather
 }
