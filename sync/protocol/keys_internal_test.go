@@ -58,12 +58,19 @@ func TestNoForgottenKeyStaysInOrder(t *testing.T) {
 func TestAShortRequestThePoolServesWaitsToBeServed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
+		nodes int
 		burst int64
 		rate  float64 // the node's demand, a second
 		serve bool    // the op asks the pool to serve the request (else to grow the node's share for it)
 	}{
-		{"a demand that holds no request", 2, 0.5, true},         // 2 nodes: an even split holds one request
-		{"a pooled key, a demand over its limit", 1, 500, false}, // an even split holds half a request
+		{"a demand that holds no request", 2, 2, 0.5, true}, // an even split holds one request
+		// An even split holds a third of a request, a share of a third of
+		// the key holds one: the node grows toward its demand.
+		{"a pooled key, a demand over its limit", 4, 3, 500, false},
+		// One request needs the whole key: a share that holds it is the
+		// whole key, which the pool serves (a home, if nobody else asks):
+		// grown, it would be called from node to node, its room spent.
+		{"a request of the whole limit, a demand over it", 2, 1, 500, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, lim := "k", limit.PerSecond(100).WithBurst(tc.burst)
@@ -74,7 +81,7 @@ func TestAShortRequestThePoolServesWaitsToBeServed(t *testing.T) {
 			iv := 20 * time.Millisecond
 			s := New(Config{Interval: iv, AskWait: time.Second}, eng)
 			now := time.Unix(1_800_000_000, 0).UnixNano()
-			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 2}, nil, now)
+			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: tc.nodes}, nil, now)
 			for i := 0; ; i++ {
 				if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
 					break

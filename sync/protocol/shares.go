@@ -1309,7 +1309,8 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// A node whose demand could not hold one request of its own is served
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
-	serve := want > 0 && keep == 0 && s.rateShare(ks) < s.oneShare(ks)
+	one := s.oneShare(ks)
+	serve := want > 0 && keep == 0 && (s.rateShare(ks) < one || one >= share.One)
 	halfHome := share.Duration(s.cfg.HomeLease) / 2
 	if serve && us-max(ks.callSeen, ks.called) >= halfHome && (s.moved < 0.5 || ks.servedAt > 0 && us-ks.servedAt < halfHome) {
 		// Served, it grows by nothing, unless nobody else asked for the
