@@ -46,7 +46,7 @@ func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op
 			continue
 		}
 		if cur == nil || len(cur.reports) == per {
-			cur = &call{script: s.scripts.shares, args: settingsArgs(s.node, set)}
+			cur = &call{script: s.scripts.shares, args: settingsArgs(s.node, set, s.callsChannel())}
 			calls = append(calls, cur)
 		}
 		cur.keys = append(cur.keys, asyncKey(s.prefix, op.Limit, op.Key))
@@ -64,14 +64,15 @@ func (s *Store) ShareOps(ctx context.Context, set share.Settings, ops []share.Op
 }
 
 // settingsArgs are shares.lua's arguments before the ops': the node, the
-// settings, and the departures it knows of.
-func settingsArgs(node string, set share.Settings) []any {
-	args := make([]any, 0, 7+2*len(set.Gone))
+// settings, the departures it knows of, and the channel the calls it makes
+// are published on.
+func settingsArgs(node string, set share.Settings, channel string) []any {
+	args := make([]any, 0, 8+2*len(set.Gone))
 	args = append(args, node, set.Lease, set.CallWindow, set.Cooldown, set.Recovery, max(set.HomeLease, set.Lease), len(set.Gone))
 	for _, g := range set.Gone {
 		args = append(args, g.Node, g.At)
 	}
-	return args
+	return append(args, channel)
 }
 
 // sharedParams returns op's limit in the store's units, or why it cannot be
@@ -89,9 +90,11 @@ func sharedParams(op share.Op) (share.Params, error) {
 
 // opArgs is one op's argument to shares.lua: its shareArgsPerOp values as
 // little-endian float64s in one string, which the script reads with one
-// struct.unpack. Sent as decimal strings, each was a tonumber in Lua (a
-// strtod): about 5% of what an op cost Redis (BenchmarkShareOps). A float64
-// holds each value as Lua's tonumber did: rounded to the nearest double.
+// struct.unpack, then the key's registry member (claimMember), which names
+// the key in a call the script publishes. Sent as decimal strings, each
+// value was a tonumber in Lua (a strtod): about 5% of what an op cost Redis
+// (BenchmarkShareOps). A float64 holds each value as Lua's tonumber did:
+// rounded to the nearest double.
 func opArgs(p share.Params, op share.Op) []any {
 	b := func(v bool) int64 {
 		if v {
@@ -107,11 +110,12 @@ func opArgs(p share.Params, op share.Op) []any {
 		op.Epoch, op.Held, op.Keep, op.State.Level, op.State.Window, op.State.Count, op.State.Prev, op.At,
 		op.Want, op.AskedAt, op.Need, int64(max(op.Fleet, 1)), b(op.Pooled), b(op.Join), b(op.Leave), serve,
 		op.Seq, op.Full, op.Shadow, op.ShadowSince, b(op.Owed), op.Applied, op.Heard, op.ResetHeard}
-	buf := make([]byte, 0, 8*shareArgsPerOp)
+	member := claimMember(op.Key, op.Limit.Canonical())
+	buf := make([]byte, 0, 8*shareArgsPerOp+len(member))
 	for _, v := range vals {
 		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(float64(v)))
 	}
-	return []any{string(buf)}
+	return []any{string(append(buf, member...))}
 }
 
 // readReplies reads one call's reply into the replies of its ops.
@@ -184,9 +188,12 @@ func (s *Store) beatCall(b *share.Beat) *call {
 	}
 	args := []any{s.node, s.active.Microseconds(), leave, b.From, most, s.callsChannel(), b.GoneKeep}
 	for _, c := range b.Contests {
-		quiet := 0
-		if c.Quiet {
+		quiet := 0 // 1: quiet; 2: published already (shares.lua), not published again
+		switch {
+		case c.Quiet:
 			quiet = 1
+		case c.Published:
+			quiet = 2
 		}
 		args = append(args, claimMember(c.Key, c.Limit.Canonical()), c.Epoch, c.CallAt, c.Expiry, c.Reset, quiet)
 	}

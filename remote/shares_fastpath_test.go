@@ -169,6 +169,7 @@ func (s *rvScripts) run(t *testing.T, sc *redis.Script, prefix string, set rvSet
 	for _, g := range set.gone {
 		args = append(args, g)
 	}
+	args = append(args, "") // no channel: the calls answered are published nowhere
 	for i := range keys {
 		names[i] = fmt.Sprintf("%s:k%d", prefix, i)
 		require.NoError(t, s.c.Del(ctx, names[i]).Err())
@@ -751,7 +752,7 @@ func TestShareScriptsFastPathAgreesOverAContestsLife(t *testing.T) {
 				for _, g := range set.gone {
 					args = append(args, g)
 				}
-				args = append(args, o.pack())
+				args = append(args, "", o.pack()) // no channel
 				reply, err := sc.Run(ctx, s.c, []string{key}, args...).Result()
 				if err != nil {
 					res[i].err = err.Error()

@@ -241,14 +241,20 @@ type Departure struct {
 // contest of the key (a node may still hold a grant of that one), or an
 // earlier contest's registration comes after it (its node must learn of
 // this one).
+//
+// Published marks a call the store published itself when it answered the
+// op that made it (shares.lua): the registry records it without
+// publishing it again, and the node sends it with its next heartbeat
+// rather than beating at once.
 type Contest struct {
-	Key    string
-	Limit  limit.Limit
-	Epoch  int64 // µs
-	CallAt int64 // µs
-	Expiry int64 // µs
-	Reset  int64 // µs
-	Quiet  bool
+	Key       string
+	Limit     limit.Limit
+	Epoch     int64 // µs
+	CallAt    int64 // µs
+	Expiry    int64 // µs
+	Reset     int64 // µs
+	Quiet     bool
+	Published bool
 }
 
 // Beat is a node's heartbeat: it keeps the node in the fleet, sends the

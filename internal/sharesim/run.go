@@ -308,8 +308,8 @@ func (s *sim) fault(f Fault) {
 // the store (nor, one time in fifty, at all).
 func (s *sim) publish(from *node, cs []share.Contest) {
 	for _, c := range cs {
-		if c.CallAt == 0 && c.Reset == 0 {
-			continue // a renewal of the registry, not a call
+		if c.CallAt == 0 && c.Reset == 0 || c.Published && c.Reset == 0 {
+			continue // a renewal of the registry, not a call; or a call the store published when it made it
 		}
 		if c.CallAt == 0 && s.missed[c.Reset] {
 			s.trace(c.Key, "the channel misses %+v", c)
@@ -691,9 +691,15 @@ func (nd *node) send() {
 		replies := make([]share.Reply, len(ops))
 		nd.s.store.Ops(now, nd.id, set, ops, replies)
 		nd.s.rec.Ops += int64(len(ops))
+		var calls []share.Contest
 		for i, op := range ops {
 			nd.s.trace(op.Key, "node %d op %+v\n%14s -> %+v", nd.idx, op, "", replies[i])
+			if r := replies[i]; r.Err == nil && r.Outcome == share.Call {
+				// shares.lua publishes each call it answers.
+				calls = append(calls, share.Contest{Key: op.Key, Limit: op.Limit, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+			}
 		}
+		nd.s.publish(nd, calls)
 		return replies
 	}, func(reply any, err error) {
 		nd.sending = false

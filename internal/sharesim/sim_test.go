@@ -73,6 +73,7 @@ var knownShort = map[int64]string{
 	4:  "compliance: FleetSize 3, a node joining late: the store reserves its even split and answers wait; a burst waits AskWait and is refused",
 	18: "compliance: random, at the limit: demand moving between nodes, told call",
 	34: "compliance: FleetSize set, a node joining late (as seed 4)",
+	31: "compliance: a leaky bucket's home misses the call on the channel (1 in 50) and answers only after the asker calls again, half an interval on; the request the pool then serves is charged when the room came, not when it asked, and the next, 12 ms after it, is refused",
 }
 
 // search plays seeds from to from+count-1 on every CPU and returns the

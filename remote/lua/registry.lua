@@ -12,7 +12,9 @@
 --          stamp after which to return changes, the most changes to return,
 --          the channel calls are published on, how long a departure is kept
 --          (µs), then per entry this node sends: member, epoch, call µs,
---          expiry µs, reset µs, quiet (1: see below).
+--          expiry µs, reset µs, quiet (1: see below; 2: a call shares.lua
+--          published when it made it, recorded here without publishing
+--          it again).
 --
 -- An entry says that a key is contested until its expiry; a call on it
 -- (call µs) asks every node holding a share of it to give back what it can
@@ -114,7 +116,7 @@ end
 
 for i = 8, #ARGV, 6 do
   local member, epoch, call, expiry = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  local reset, quiet = tonumber(ARGV[i + 4]), ARGV[i + 5] == '1'
+  local reset, quiet, published = tonumber(ARGV[i + 4]), ARGV[i + 5] == '1', ARGV[i + 5] == '2'
   local old = redis.call('HGET', KEYS[2], member)
   local e, c, x, z = 0, 0, 0, 0
   if old then
@@ -143,7 +145,7 @@ for i = 8, #ARGV, 6 do
   end
   if changed then
     put(member, e, c, x, z, quiet)
-    if (call > 0 or reset > 0) and channel ~= '' then
+    if (call > 0 and not published or reset > 0) and channel ~= '' then
       redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d\n%d', member, e, c, x, z))
     end
   end

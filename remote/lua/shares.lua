@@ -17,7 +17,8 @@
 --          last reset (reset.lua).
 -- ARGV     node, lease µs, call window µs, cooldown µs, recovery µs, home
 --          lease µs, the number of departures the node knows of and each's
---          node and µs (share.Settings.Gone), then per key one argument, 30
+--          node and µs (share.Settings.Gone), the channel calls are published
+--          on ('': none), then per key one argument, 30
 --          values packed as little-endian doubles (OPARGS: one
 --          struct.unpack, where 28 tonumbers cost Redis about 5% of the
 --          op): the limit (kind, interval ns, tolerance ns,
@@ -25,12 +26,19 @@
 --          window, count, prev, at, want, asked, need, fleet, pooled, join,
 --          leave, serve (0: no; else 1 + the weight of each request served,
 --          0 when they differ), seq, full, shadow, shadow since, owed,
---          applied, heard, reset heard).
+--          applied, heard, reset heard), followed by the key's registry
+--          member (registry.lua), which names it in a call published.
 -- Returns  now µs, then per key 20 values: 1, outcome, epoch, grant,
 --          growth, pool state (4), lease end, expiry, until, lost, over,
 --          replace, served, served at, now, exact (no room until then, and
 --          nobody else holds any of the key), the contest's last reset (rs,
 --          0: none); or for a key that failed: 0, the error, then 18 zeros.
+--
+-- A call the script answers (Call) is published on the channel at once, as
+-- registry.lua would publish it (member, epoch, call, expiry, reset 0):
+-- the holders hear it a round trip sooner than through the node's
+-- heartbeat, which then records it in the registry without publishing it
+-- again (a node that cannot hear the channel reads it there).
 --
 -- An op reads and writes the contest and its own record (HMGET, HSET):
 -- every other record only when one may have lapsed (the earliest lapse has
@@ -43,7 +51,8 @@ local HOMELEASE = math.max(tonumber(ARGV[6]), LEASE)
 -- GONE: node → the µs it left the fleet.
 local GONE, NGONE = {}, tonumber(ARGV[7])
 for i = 1, NGONE do GONE[ARGV[6 + 2 * i]] = tonumber(ARGV[7 + 2 * i]) end
-local FIRST = 7 + 2 * NGONE -- the ARGV before the first op's
+local CHANNEL = ARGV[8 + 2 * NGONE] or ''
+local FIRST = 8 + 2 * NGONE -- the ARGV before the first op's
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local ONE = 32768
@@ -247,7 +256,7 @@ local fast, nfast, read = {}, 0, {}
 local usable, seen = true, {}
 for i = 1, #KEYS do
   local a = ARGV[FIRST + i]
-  if seen[KEYS[i]] or type(a) ~= 'string' or #a ~= 8 * 30 then usable = false end
+  if seen[KEYS[i]] or type(a) ~= 'string' or #a < 8 * 30 then usable = false end
   seen[KEYS[i]] = true
 end
 for i = 1, usable and #KEYS or 0 do
@@ -1135,6 +1144,12 @@ for i = 1, #KEYS do
       leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
       shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28], heard = v[29], resetHeard = v[30]}
     local ok, res = pcall(apply, KEYS[i], p, op, read[i])
+    if ok and res.outcome == CALL and CHANNEL ~= '' and #ARGV[FIRST + i] > 8 * 30 then
+      -- Published as the registry would; a publish refused (an ACL) fails
+      -- no op: the node's heartbeat records the call all the same.
+      redis.pcall('PUBLISH', CHANNEL, string.format('%s\n%d\n%d\n%d\n0', string.sub(ARGV[FIRST + i], 8 * 30 + 1),
+        res.epoch, res.now, res.expiry))
+    end
     if ok then
       local x = res.pool
       out[#out + 1] = 1

@@ -215,9 +215,9 @@ func TestAnUnansweredCallIsPublishedAgain(t *testing.T) {
 		after int64
 		want  int // calls the beat carries
 	}{
-		{iv / 2, 0},     // within an interval: the others have it in hand
-		{iv + 1, 1},     // an interval on, still waiting: once more
-		{iv * 3 / 2, 0}, // not a third time
+		{iv / 4, 0}, // within half an interval: the others have it in hand
+		{iv / 2, 1}, // half an interval on, still waiting: once more
+		{iv, 0},     // not a third time
 	} {
 		at := now + tc.after
 		s.Tick(at)
@@ -392,4 +392,50 @@ func TestACallOrResetGoesWithTheNextBeatAheadOfRegistrations(t *testing.T) {
 	assert.Len(t, b.Contests, 1000)
 	assert.Equal(t, "urgent", b.Contests[0].Key, "the reset leads the page")
 	a.s.BeatDone(b, &share.BeatReply{Now: f.us(), Nodes: 2}, nil, f.now)
+}
+
+// A call the store published when it answered the ask (shares.lua) goes to
+// the registry with the node's next beat, marked published (the registry
+// records it without publishing it again): the node does not beat at once
+// for it. A node that does not hear the channel (its subscription never
+// confirmed: pub/sub may be unavailable, and the others then read calls in
+// the registry alone) beats at once, as it did for every call.
+func TestACallTheStorePublishedGoesWithTheNextBeat(t *testing.T) {
+	for _, listening := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hears the channel %v", listening), func(t *testing.T) {
+			key, lim := "k", limit.PerSecond(10)
+			s, _, now := newShortShares(t, 2, key, lim)
+			if listening {
+				s.Subscribed(now)
+			}
+			woken := 0
+			s.SetWake(func(w protocol.Wake) {
+				if w == protocol.WakeBeat {
+					woken++
+				}
+			})
+			if w, refuse, _ := s.Short(now, now, key, lim, 1, now+int64(time.Second), nil); refuse || w == nil {
+				t.Fatal("refused")
+			}
+			ops := s.NextOps(now, 0)
+			if len(ops) != 1 {
+				t.Fatalf("ops %d", len(ops))
+			}
+			epoch := share.Micros(now)
+			s.OpsDone(ops, []share.Reply{{Outcome: share.Call, Epoch: epoch, Expiry: epoch + 3_000_000, Now: epoch}}, nil, false, now)
+			if want := map[bool]int{true: 0, false: 1}[listening]; woken != want {
+				t.Errorf("woken to beat %d times, want %d", woken, want)
+			}
+			b := s.NextBeat(now)
+			var calls []share.Contest
+			for _, c := range b.Contests {
+				if c.CallAt > 0 {
+					calls = append(calls, c)
+				}
+			}
+			if len(calls) != 1 || calls[0].Published != listening {
+				t.Errorf("the beat carries calls %+v, want one, published %v", calls, listening)
+			}
+		})
+	}
 }

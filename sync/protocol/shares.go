@@ -1419,12 +1419,18 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 	}
 }
 
-// call sends a call at (µs) on ks's contest epoch to the registry with the
-// next beat, at once. s.mu is held.
-func (s *Shares) call(ks *keyState, epoch, at, expiry int64) {
+// call sends a call at (µs) on ks's contest epoch to the registry with a
+// beat. A call the store published when it answered the op (published) goes
+// with the next beat, while the node hears the channel: the holders heard
+// it from the store. Otherwise, or with the channel unheard here (pub/sub
+// may be unavailable: the others then read calls only in the registry), the
+// node beats at once. s.mu is held.
+func (s *Shares) call(ks *keyState, epoch, at, expiry int64, published bool) {
 	ks.called = at
-	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: epoch, CallAt: at, Expiry: expiry})
-	if s.wake != nil {
+	published = published && s.listening
+	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: epoch, CallAt: at, Expiry: expiry,
+		Published: published})
+	if s.wake != nil && !published {
 		s.wake(WakeBeat)
 	}
 }
@@ -1567,22 +1573,28 @@ func (s *Shares) applied(ks *keyState, r share.Reply, now, us int64) {
 		s.stats.waits.Add(1)
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
 		if age := us - ks.called; ks.called > 0 && !ks.recalled && r.Epoch == ks.callEpoch &&
-			age >= share.Duration(s.cfg.Interval) && age < 2*share.Duration(s.cfg.Interval) {
-			// Its call still unanswered an interval on: a node may not
-			// have heard it (the channel delivers at most once, and a node
-			// at rest reads the registry only every QuietBeat). Called
-			// once more, within the call's window: the nodes that heard
+			age >= share.Duration(s.cfg.Interval)/2 && age < 2*share.Duration(s.cfg.Interval) {
+			// Its call still unanswered half an interval on: a node may
+			// not have heard it (the channel delivers at most once, a node
+			// at rest reads the registry only every QuietBeat, and the
+			// call the store published reaches the registry only with
+			// this node's next beat). Called once more, within the call's
+			// window, through the registry at once: the nodes that heard
 			// the first give what they can spare again. (Republishing the
 			// first call as it was, which they ignore, refused a third
-			// more requests within the limit in the simulation.)
+			// more requests within the limit in the simulation; called
+			// again only an interval on, with the first call published
+			// by the store, 1,109 of 20,000 scenarios failed, against
+			// 1,069 with the call sent through the registry at once and
+			// 995 now.)
 			ks.recalled = true
-			s.call(ks, r.Epoch, r.Now, r.Expiry)
+			s.call(ks, r.Epoch, r.Now, r.Expiry, false)
 		}
 	case share.Call:
 		s.stats.calls.Add(1)
 		ks.recalled, ks.callEpoch = false, r.Epoch
 		ks.retryAt = us + share.Duration(s.cfg.Interval)/4
-		s.call(ks, r.Epoch, r.Now, r.Expiry)
+		s.call(ks, r.Epoch, r.Now, r.Expiry, true) // the store published it
 	case share.NoRoom:
 		s.stats.noRoom.Add(1)
 		if s.resets[ks.kl] >= op.At {
