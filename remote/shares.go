@@ -308,19 +308,23 @@ func (s *Store) SubscribeCalls(ctx context.Context, l CallListener) (stop func()
 }
 
 // parseCall reads a published call: member, epoch, call, expiry, reset, a
-// line each.
+// line each. The member is everything before the last four lines: a key may
+// hold any byte, a newline included.
 func parseCall(payload string) (share.Contest, bool) {
-	parts := strings.Split(payload, "\n")
-	if len(parts) != 5 {
-		return share.Contest{}, false
+	end := len(payload)
+	for range 4 {
+		if end = strings.LastIndexByte(payload[:end], '\n'); end < 0 {
+			return share.Contest{}, false
+		}
 	}
-	key, lim, ok := parseClaimMember(parts[0])
-	if !ok {
+	parts := strings.Split(payload[end+1:], "\n")
+	key, lim, ok := parseClaimMember(payload[:end])
+	if !ok || len(parts) != 4 {
 		return share.Contest{}, false
 	}
 	var t [4]int64
 	for i := range t {
-		v, err := strconv.ParseInt(parts[i+1], 10, 64)
+		v, err := strconv.ParseInt(parts[i], 10, 64)
 		if err != nil {
 			return share.Contest{}, false
 		}

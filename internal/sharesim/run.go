@@ -694,9 +694,11 @@ func (nd *node) send() {
 		var calls []share.Contest
 		for i, op := range ops {
 			nd.s.trace(op.Key, "node %d op %+v\n%14s -> %+v", nd.idx, op, "", replies[i])
-			if r := replies[i]; r.Err == nil && r.Outcome == share.Call {
-				// shares.lua publishes each call it answers.
-				calls = append(calls, share.Contest{Key: op.Key, Limit: op.Limit, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry})
+			if r := replies[i]; r.Err == nil && r.Outcome == share.Call && r.Now == now {
+				// shares.lua publishes each call it makes (not again for an
+				// op answered again as it was).
+				calls = append(calls, share.Contest{Key: op.Key, Limit: op.Limit, Epoch: r.Epoch, CallAt: r.Now, Expiry: r.Expiry,
+					Reset: r.Reset})
 			}
 		}
 		nd.s.publish(nd, calls)

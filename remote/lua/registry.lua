@@ -23,7 +23,8 @@
 -- one keeps the latest call and expiry; the latest reset is always kept.
 -- Every change gets a stamp of its own, so that a node reads each change
 -- once, in order; a call is also published, so that the nodes hear it
--- before their next heartbeat.
+-- before their next heartbeat (unless shares.lua published it when it made
+-- it: quiet argument 2).
 --
 -- A quiet registration (share.Contest.Quiet: a contest of a key no node
 -- decides in an even split of, so that no other node needs to hear of it)
@@ -146,7 +147,7 @@ for i = 8, #ARGV, 6 do
   if changed then
     put(member, e, c, x, z, quiet)
     if (call > 0 and not published or reset > 0) and channel ~= '' then
-      redis.call('PUBLISH', channel, string.format('%s\n%d\n%d\n%d\n%d', member, e, c, x, z))
+      redis.call('PUBLISH', channel, member .. string.format('\n%d\n%d\n%d\n%d', e, c, x, z)) -- the member whole: any byte
     end
   end
 end

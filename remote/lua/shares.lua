@@ -35,7 +35,8 @@
 --          0: none); or for a key that failed: 0, the error, then 18 zeros.
 --
 -- A call the script answers (Call) is published on the channel at once, as
--- registry.lua would publish it (member, epoch, call, expiry, reset 0):
+-- registry.lua would publish it (member, epoch, call, expiry, the contest's
+-- last reset):
 -- the holders hear it a round trip sooner than through the node's
 -- heartbeat, which then records it in the registry without publishing it
 -- again (a node that cannot hear the channel reads it there).
@@ -1144,11 +1145,14 @@ for i = 1, #KEYS do
       leave = v[21] == 1, serve = v[22] >= 1, each = math.max(v[22] - 1, 0), seq = v[23], full = v[24],
       shadow = v[25], shadowSince = v[26], owed = v[27] == 1, applied = v[28], heard = v[29], resetHeard = v[30]}
     local ok, res = pcall(apply, KEYS[i], p, op, read[i])
-    if ok and res.outcome == CALL and CHANNEL ~= '' and #ARGV[FIRST + i] > 8 * 30 then
-      -- Published as the registry would; a publish refused (an ACL) fails
-      -- no op: the node's heartbeat records the call all the same.
-      redis.pcall('PUBLISH', CHANNEL, string.format('%s\n%d\n%d\n%d\n0', string.sub(ARGV[FIRST + i], 8 * 30 + 1),
-        res.epoch, res.now, res.expiry))
+    if ok and res.outcome == CALL and res.now == now and CHANNEL ~= '' and #ARGV[FIRST + i] > 8 * 30 then
+      -- Published as the registry would (the contest's last reset with it),
+      -- once: not again for an op answered again as it was (its call is
+      -- from then). The member joined whole: a key may hold any byte (a
+      -- format's %s stops at a zero byte). A publish refused fails no op:
+      -- the node's heartbeat records the call all the same.
+      redis.pcall('PUBLISH', CHANNEL, string.sub(ARGV[FIRST + i], 8 * 30 + 1) ..
+        string.format('\n%d\n%d\n%d\n%d', res.epoch, res.now, res.expiry, res.reset or 0))
     end
     if ok then
       local x = res.pool

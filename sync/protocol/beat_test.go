@@ -399,14 +399,21 @@ func TestACallOrResetGoesWithTheNextBeatAheadOfRegistrations(t *testing.T) {
 // records it without publishing it again): the node does not beat at once
 // for it. A node that does not hear the channel (its subscription never
 // confirmed: pub/sub may be unavailable, and the others then read calls in
-// the registry alone) beats at once, as it did for every call.
+// the registry alone) beats at once, as it did for every call, and so does
+// a node whose runner rests (its next beat up to QuietBeat away).
 func TestACallTheStorePublishedGoesWithTheNextBeat(t *testing.T) {
-	for _, listening := range []bool{true, false} {
-		t.Run(fmt.Sprintf("hears the channel %v", listening), func(t *testing.T) {
+	for _, tc := range []struct{ listening, resting bool }{{true, false}, {false, false}, {true, true}} {
+		listening := tc.listening
+		t.Run(fmt.Sprintf("hears the channel %v, resting %v", listening, tc.resting), func(t *testing.T) {
 			key, lim := "k", limit.PerSecond(10)
 			s, _, now := newShortShares(t, 2, key, lim)
 			if listening {
 				s.Subscribed(now)
+			}
+			if tc.resting {
+				// The runner was last told to rest past the call: its next
+				// beat may be a QuietBeat away.
+				s.SetRestEnd(now + int64(protocol.QuietBeat))
 			}
 			woken := 0
 			s.SetWake(func(w protocol.Wake) {
@@ -423,7 +430,7 @@ func TestACallTheStorePublishedGoesWithTheNextBeat(t *testing.T) {
 			}
 			epoch := share.Micros(now)
 			s.OpsDone(ops, []share.Reply{{Outcome: share.Call, Epoch: epoch, Expiry: epoch + 3_000_000, Now: epoch}}, nil, false, now)
-			if want := map[bool]int{true: 0, false: 1}[listening]; woken != want {
+			if want := map[bool]int{true: 0, false: 1}[listening && !tc.resting]; woken != want {
 				t.Errorf("woken to beat %d times, want %d", woken, want)
 			}
 			b := s.NextBeat(now)

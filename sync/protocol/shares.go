@@ -190,7 +190,10 @@ type Shares struct {
 	// listening: the channel's subscription was confirmed, last at
 	// subscribedAt (ns): BeatDue.
 	beatAt, firstAt, subscribedAt int64
-	beatOK, listening             bool
+	// restEnd (ns) is when the rest Rest last gave the runner ends (zero:
+	// it gave an interval): a call made before then is beaten at once.
+	restEnd           int64
+	beatOK, listening bool
 	// lastBeat is the store's time of the last heartbeat that succeeded
 	// (µs): the node uses no grant an active window after it (the store
 	// then counts it gone). gone holds the departures the node has read
@@ -653,9 +656,12 @@ func (s *Shares) Rest(now int64) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.quiet(now) {
+		s.restEnd = 0
 		return s.cfg.Interval
 	}
-	return time.Duration(min(max(s.beatAt+s.quietGap()-now, int64(s.cfg.Interval)), s.quietGap()))
+	d := time.Duration(min(max(s.beatAt+s.quietGap()-now, int64(s.cfg.Interval)), s.quietGap()))
+	s.restEnd = now + int64(d)
+	return d
 }
 
 // quietGap is how far apart a quiet node beats (ns): QuietBeat, at most a
@@ -1096,23 +1102,48 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		s.to(ks, Contest, Input{})
 	case c.Epoch == ks.epoch:
 		ks.expiry = max(ks.expiry, c.Expiry)
-		if c.CallAt > ks.callSeen {
-			ks.callSeen = c.CallAt
-			if c.CallAt != ks.called { // another node wants room
-				fx := s.to(ks, Called, Input{})
-				// A pooled key's home gives it all back: its demand has
-				// spread, and the pool serves each node's requests in turn
-				// (a grant it kept would hold a pooled key whole here).
-				ks.yield = fx&HomeLost != 0 && pooledKey(ks.params, s.fleet.size())
-				if fx&HomeLost != 0 {
-					s.updateRate(ks, now)
-					s.homeEnded(ks.lastUse <= ks.homeAt) // unused since it began: the demand moves
-				}
-				if fx&GiveBack != 0 && len(ks.waiters) == 0 {
-					s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
-				}
+		if c.CallAt > ks.callSeen && ks.op != nil {
+			// The op in flight may be the one this call answers (the store
+			// publishes it before its answer arrives): heard again once
+			// the op is answered, when the node knows its own calls.
+			if c.CallAt > ks.heardLater {
+				ks.heardLater, ks.heardEpoch = c.CallAt, c.Epoch
 			}
+		} else if c.CallAt > ks.callSeen {
+			s.calledAt(ks, c.CallAt, now)
 		}
+	}
+}
+
+// calledAt processes a call at (µs) heard on ks's contest: another node's
+// asks every holder to give back what it spares. s.mu is held.
+func (s *Shares) calledAt(ks *keyState, at, now int64) {
+	ks.callSeen = at
+	if at == ks.called {
+		return // its own
+	}
+	fx := s.to(ks, Called, Input{})
+	// A pooled key's home gives it all back: its demand has spread, and the
+	// pool serves each node's requests in turn (a grant it kept would hold
+	// a pooled key whole here).
+	ks.yield = fx&HomeLost != 0 && pooledKey(ks.params, s.fleet.size())
+	if fx&HomeLost != 0 {
+		s.updateRate(ks, now)
+		s.homeEnded(ks.lastUse <= ks.homeAt) // unused since it began: the demand moves
+	}
+	if fx&GiveBack != 0 && len(ks.waiters) == 0 {
+		s.enqueue(ks, wantGive) // with an op in flight, sent after its answer
+	}
+}
+
+// heardSince processes the call ks heard while its op was in flight, now
+// that the op is answered: unless it was this node's own, or the contest
+// changed meanwhile. s.mu is held.
+func (s *Shares) heardSince(ks *keyState, now int64) {
+	at, epoch := ks.heardLater, ks.heardEpoch
+	ks.heardLater, ks.heardEpoch = 0, 0
+	if at > ks.callSeen && epoch == ks.epoch {
+		s.calledAt(ks, at, now)
 	}
 }
 
@@ -1309,8 +1340,7 @@ func (s *Shares) build(ks *keyState, now, us int64) (*share.Op, bool) {
 	// A node whose demand could not hold one request of its own is served
 	// by the pool rather than grown: a share it took would sit spent here,
 	// refilling at its own small rate, while others need its room.
-	one := s.oneShare(ks)
-	serve := want > 0 && keep == 0 && (s.rateShare(ks) < one || one >= share.One)
+	serve := want > 0 && keep == 0 && (s.rateShare(ks) < s.oneShare(ks) || wholeUnit(ks.params))
 	halfHome := share.Duration(s.cfg.HomeLease) / 2
 	if serve && us-max(ks.callSeen, ks.called) >= halfHome && (s.moved < 0.5 || ks.servedAt > 0 && us-ks.servedAt < halfHome) {
 		// Served, it grows by nothing, unless nobody else asked for the
@@ -1416,21 +1446,27 @@ func (s *Shares) OpsDone(ops []share.Op, replies []share.Reply, err error, unrea
 		default:
 			s.applied(ks, r, now, us)
 		}
+		if ks.heardLater > 0 && ks.op == nil {
+			s.heardSince(ks, us)
+		}
 	}
 }
 
 // call sends a call at (µs) on ks's contest epoch to the registry with a
 // beat. A call the store published when it answered the op (published) goes
 // with the next beat, while the node hears the channel: the holders heard
-// it from the store. Otherwise, or with the channel unheard here (pub/sub
-// may be unavailable: the others then read calls only in the registry), the
+// it from the store. Otherwise, with the channel unheard here (pub/sub may
+// be unavailable: the others then read calls only in the registry), or
+// with the node's runner resting (its next beat up to QuietBeat away), the
 // node beats at once. s.mu is held.
 func (s *Shares) call(ks *keyState, epoch, at, expiry int64, published bool) {
 	ks.called = at
 	published = published && s.listening
 	s.calls = append(s.calls, share.Contest{Key: ks.kl.key, Limit: ks.kl.lim, Epoch: epoch, CallAt: at, Expiry: expiry,
 		Published: published})
-	if s.wake != nil && !published {
+	if s.wake != nil && (!published || share.Nanos(at) < s.restEnd) {
+		// Unpublished, or the node's next beat is a rest away (up to
+		// QuietBeat): at once.
 		s.wake(WakeBeat)
 	}
 }
@@ -1915,6 +1951,20 @@ func (s *Shares) need(ks *keyState) int64 {
 func (s *Shares) rateShare(ks *keyState) int64 {
 	perSecond := float64(ks.kl.lim.Rate) / ks.kl.lim.Period.Seconds()
 	return min(int64(math.Ceil(ks.rate/perSecond*share.One)), share.One)
+}
+
+// wholeUnit reports whether a request of weight 1 needs p's whole limit (a
+// token bucket or window of burst 1: a per-client key): the share that
+// would hold one is the whole key, which every other node asking would call
+// away, spent, so the pool serves such a key request by request however
+// busy the node is. Not a meter (a leaky bucket), whose share holds any
+// request it queues, nor a key whose heavier requests alone need all of it.
+func wholeUnit(p share.Params) bool {
+	if p.Kind == share.Meter {
+		return false
+	}
+	one := p.For(1, share.State{}, 0)
+	return one < 0 || one >= share.One
 }
 
 // oneShare is the least share that holds the node's heaviest request on ks

@@ -50,9 +50,13 @@ type keyState struct {
 	epoch, grant, leaseEnd, expiry int64
 	// callSeen is the latest call processed (µs), called the latest this
 	// node made itself (a node does not answer its own call), in contest
-	// callEpoch; recalled: it was published again, unanswered after an
-	// interval.
+	// callEpoch; recalled: it was published again, unanswered half an
+	// interval on. heardLater is the latest call heard while an op of the
+	// key was in flight, in contest heardEpoch: processed once the op is
+	// answered (the store publishes the call it answers before the answer
+	// arrives, and the node must know its own call first).
 	callSeen, called, callEpoch int64
+	heardLater, heardEpoch      int64
 	recalled                    bool
 	// joinEpoch is the contest a pending join answers (µs).
 	joinEpoch int64
@@ -149,7 +153,7 @@ func (ks *keyState) want() int64 {
 // op, an intent or a request waiting: the node beats every interval while
 // one is (BeatDue). A home alone keeps no node busy: while its key is used
 // the engine's decisions do (Engine.LastActive), and when it is not, a call
-// for it comes on the channel, and again an interval later, as for a key
+// for it comes on the channel, and again half an interval later, as for a key
 // the node decides in its even split.
 func (ks *keyState) busy() bool {
 	return ks.state == Held || ks.op != nil || ks.intents != 0 || len(ks.waiters) > 0
