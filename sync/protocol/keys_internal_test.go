@@ -74,32 +74,7 @@ func TestAShortRequestThePoolServesWaitsToBeServed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, lim := "k", limit.PerSecond(100).WithBurst(tc.burst)
-			eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			iv := 20 * time.Millisecond
-			s := New(Config{Interval: iv, AskWait: time.Second}, eng)
-			now := time.Unix(1_800_000_000, 0).UnixNano()
-			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: tc.nodes}, nil, now)
-			for i := 0; ; i++ {
-				if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
-					break
-				}
-				if i > 100 {
-					t.Fatal("never short")
-				}
-			}
-			s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
-			ops := s.NextOps(now, 0)
-			if len(ops) != 1 {
-				t.Fatalf("ops %d", len(ops))
-			}
-			us := share.Micros(now)
-			s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: us, Grant: 0, Expiry: us + 3_600_000_000,
-				Until: us + 2*share.Duration(iv), Now: us}}, nil, false, now) // others hold grants: not exact
-			at := now + 3*int64(iv)
-			s.Tick(at)
+			s, at := toldNoRoom(t, tc.nodes, key, lim)
 			s.mu.Lock()
 			ks := s.keys[keyLim{key, lim}]
 			ks.rate, ks.hits, ks.rateAt = tc.rate, 0, share.Micros(at)
@@ -108,10 +83,45 @@ func TestAShortRequestThePoolServesWaitsToBeServed(t *testing.T) {
 			if refuse || w == nil {
 				t.Fatalf("refused alone (%s)", s.Describe(key, lim))
 			}
-			ops = s.NextOps(at, 0)
+			ops := s.NextOps(at, 0)
 			if len(ops) != 1 || ops[0].Serve != tc.serve || ops[0].AskedAt == 0 {
 				t.Fatalf("ops %+v: want one op asking for the waiting request (served by the pool: %v)", ops, tc.serve)
 			}
 		})
 	}
+}
+
+// toldNoRoom returns a node of a fleet of nodes (20 ms intervals) whose
+// request of (key, lim), short of its even split, asked the store and was
+// told no room, not exactly (other nodes hold grants), and at (ns), three
+// intervals on, when the node's next request of the key is decided.
+func toldNoRoom(t *testing.T, nodes int, key string, lim limit.Limit) (s *Shares, at int64) {
+	t.Helper()
+	eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iv := 20 * time.Millisecond
+	s = New(Config{Interval: iv, AskWait: time.Second}, eng)
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: nodes}, nil, now)
+	for i := 0; ; i++ {
+		if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
+			break
+		}
+		if i > 100 {
+			t.Fatal("never short")
+		}
+	}
+	s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
+	ops := s.NextOps(now, 0)
+	if len(ops) != 1 {
+		t.Fatalf("ops %d", len(ops))
+	}
+	us := share.Micros(now)
+	s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: us, Grant: 0, Expiry: us + 3_600_000_000,
+		Until: us + 2*share.Duration(iv), Now: us}}, nil, false, now) // others hold grants: not exact
+	at = now + 3*int64(iv)
+	s.Tick(at)
+	return s, at
 }

@@ -1,12 +1,10 @@
 package protocol
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/hybridlimit/hybridlimit/limit"
-	"github.com/hybridlimit/hybridlimit/local"
 	"github.com/hybridlimit/hybridlimit/share"
 )
 
@@ -32,29 +30,7 @@ func TestOnlyAKeyOfBurstOneIsServedWhateverItsDemand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key, lim := "k", tc.lim
-			eng, err := local.New(local.Config{Shards: 4, MaxKeys: 1 << 16, TrackSpend: true, Asks: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			iv := 20 * time.Millisecond
-			s := New(Config{Interval: iv, AskWait: time.Second}, eng)
-			now := time.Unix(1_800_000_000, 0).UnixNano()
-			s.BeatDone(s.NextBeat(now), &share.BeatReply{Now: share.Micros(now), Nodes: 4}, nil, now)
-			for i := 0; ; i++ {
-				if _, err := eng.AllowN(now, key, lim, 1); errors.Is(err, local.ErrShort) {
-					break
-				}
-				if i > 100 {
-					t.Fatal("never short")
-				}
-			}
-			s.Short(now, now, key, lim, 1, now+int64(time.Second), nil)
-			ops := s.NextOps(now, 0)
-			us := share.Micros(now)
-			s.OpsDone(ops, []share.Reply{{Outcome: share.NoRoom, Epoch: us, Expiry: us + 3_600_000_000,
-				Until: us + 2*share.Duration(iv), Now: us}}, nil, false, now)
-			at := now + 3*int64(iv)
-			s.Tick(at)
+			s, at := toldNoRoom(t, 4, key, lim)
 			s.mu.Lock()
 			ks := s.keys[keyLim{key, lim}]
 			ks.rate, ks.hits, ks.rateAt = 500, 0, share.Micros(at) // demand 5x the limit, all on this node
@@ -62,7 +38,7 @@ func TestOnlyAKeyOfBurstOneIsServedWhateverItsDemand(t *testing.T) {
 			ks.callSeen = share.Micros(at) - 1000 // another node asked 1 ms ago (its call took this node's home)
 			s.mu.Unlock()
 			s.Short(at, at, key, lim, 1, at+int64(time.Second), nil)
-			ops = s.NextOps(at, 0)
+			ops := s.NextOps(at, 0)
 			if len(ops) != 1 {
 				t.Fatalf("ops %d", len(ops))
 			}
