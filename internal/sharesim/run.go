@@ -308,7 +308,7 @@ func (s *sim) fault(f Fault) {
 // the store (nor, one time in fifty, at all).
 func (s *sim) publish(from *node, cs []share.Contest) {
 	for _, c := range cs {
-		if c.CallAt == 0 && c.Reset == 0 || c.Published && c.Reset == 0 {
+		if c.Reset == 0 && (c.CallAt == 0 || c.Published) {
 			continue // a renewal of the registry, not a call; or a call the store published when it made it
 		}
 		if c.CallAt == 0 && s.missed[c.Reset] {

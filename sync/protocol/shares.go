@@ -1102,14 +1102,16 @@ func (s *Shares) heard(c share.Contest, first bool, now int64) {
 		s.to(ks, Contest, Input{})
 	case c.Epoch == ks.epoch:
 		ks.expiry = max(ks.expiry, c.Expiry)
-		if c.CallAt > ks.callSeen && ks.op != nil {
+		switch {
+		case c.CallAt <= ks.callSeen:
+		case ks.op != nil:
 			// The op in flight may be the one this call answers (the store
 			// publishes it before its answer arrives): heard again once
 			// the op is answered, when the node knows its own calls.
 			if c.CallAt > ks.heardLater {
 				ks.heardLater, ks.heardEpoch = c.CallAt, c.Epoch
 			}
-		} else if c.CallAt > ks.callSeen {
+		default:
 			s.calledAt(ks, c.CallAt, now)
 		}
 	}
